@@ -1,0 +1,76 @@
+package kafkaconf
+
+import (
+	"testing"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/require"
+)
+
+func parse(t *testing.T, yaml string) (*Conn, error) {
+	t.Helper()
+	spec := service.NewConfigSpec().Fields(Fields()...)
+	pc, err := spec.ParseYAML(yaml, nil)
+	require.NoError(t, err)
+	return FromParsed(pc)
+}
+
+func TestFromParsed(t *testing.T) {
+	c, err := parse(t, `seed_brokers: [ "a:9092,b:9092", " c:9092 " ]`)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a:9092", "b:9092", "c:9092"}, c.SeedBrokers)
+	require.Equal(t, DefaultClientID, c.ClientID)
+	require.Nil(t, c.TLS)
+	require.Nil(t, c.SASL)
+	require.Len(t, c.Opts(), 2)
+
+	c, err = parse(t, `
+seed_brokers: [ a:9093 ]
+tls: { enabled: true }
+sasl: { mechanism: SCRAM-SHA-512, username: u, password: p }
+`)
+	require.NoError(t, err)
+	require.NotNil(t, c.TLS)
+	require.Equal(t, "SCRAM-SHA-512", c.SASL.Name())
+	require.Len(t, c.Opts(), 4)
+
+	c, err = parse(t, `{ seed_brokers: [ a:1 ], sasl: { mechanism: OAUTHBEARER, token: tok } }`)
+	require.NoError(t, err)
+	require.Equal(t, "OAUTHBEARER", c.SASL.Name())
+}
+
+func TestFromParsedErrorsNameTheField(t *testing.T) {
+	for yaml, want := range map[string]string{
+		`seed_brokers: [ "," ]`: "field seed_brokers",
+		`{ seed_brokers: [ a:1 ], sasl: { mechanism: PLAIN, username: u } }`:         "field sasl.password is required for sasl.mechanism PLAIN",
+		`{ seed_brokers: [ a:1 ], sasl: { mechanism: SCRAM-SHA-256, password: p } }`: "field sasl.username is required",
+		`{ seed_brokers: [ a:1 ], sasl: { mechanism: OAUTHBEARER } }`:                "field sasl.token is required",
+		`{ seed_brokers: [ a:1 ], sasl: { password: p } }`:                           "sasl.mechanism is none",
+	} {
+		_, err := parse(t, yaml)
+		require.ErrorContains(t, err, want, yaml)
+	}
+}
+
+// TestLintRejectsIncompleteSASL checks the field lint rule through a real
+// Benthos linter, as `connect-eos lint` would run it.
+func TestLintRejectsIncompleteSASL(t *testing.T) {
+	env := service.NewEnvironment()
+	spec := service.NewConfigSpec().Fields(Fields()...)
+	require.NoError(t, env.RegisterBatchOutput("kafkaconf_under_test", spec,
+		func(*service.ParsedConfig, *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
+			return nil, service.BatchPolicy{}, 1, nil
+		}))
+	for yaml, want := range map[string]string{
+		"sasl: { mechanism: SCRAM-SHA-512, username: u }": "sasl.password is required for mechanism SCRAM-SHA-512",
+		"sasl: { mechanism: PLAIN, password: p }":         "sasl.username is required for mechanism PLAIN",
+		"sasl: { mechanism: OAUTHBEARER }":                "sasl.token is required",
+		"sasl: { username: u }":                           "sasl.mechanism is none",
+	} {
+		sb := env.NewStreamBuilder()
+		err := sb.AddOutputYAML("kafkaconf_under_test:\n  seed_brokers: [ a:1 ]\n  " + yaml)
+		require.ErrorContains(t, err, want, yaml)
+	}
+	sb := env.NewStreamBuilder()
+	require.NoError(t, sb.AddOutputYAML("kafkaconf_under_test:\n  seed_brokers: [ a:1 ]\n  sasl: { mechanism: PLAIN, username: u, password: p }"))
+}
