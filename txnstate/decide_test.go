@@ -1,0 +1,219 @@
+package txnstate
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+)
+
+func rec(tv TxnVersion, pid int64, e int16) Record {
+	return Record{Format: FormatVersion, TransactionalID: "app-0", Epoch: 7, ProducerID: pid, ProducerEpoch: e, TxnVersion: tv, State: Prepared}
+}
+
+func obs(state string, pid int64, e int16) Observation {
+	return Observation{Found: true, State: state, ProducerID: pid, ProducerEpoch: e}
+}
+
+func TestDecide(t *testing.T) {
+	const pid, e = 1000, 5
+	for _, tc := range []struct {
+		name string
+		r    Record
+		o    Observation
+		want Outcome
+	}{
+		// Ongoing at the stored (pid, epoch): still open.
+		{"tv0 ongoing at e", rec(TV0, pid, e), obs(BrokerOngoing, pid, e), StillOpen},
+		{"tv2 ongoing at e", rec(TV2, pid, e), obs(BrokerOngoing, pid, e), StillOpen},
+		{"tv0 ongoing at e+1 (a later txn)", rec(TV0, pid, e), obs(BrokerOngoing, pid, e+1), Unknown},
+		{"tv2 ongoing at e+1 (a later txn)", rec(TV2, pid, e), obs(BrokerOngoing, pid, e+1), Unknown},
+		{"ongoing other pid", rec(TV0, pid, e), obs(BrokerOngoing, pid+1, e), Unknown},
+
+		// CompleteCommit at e (TV0) / e+1 (TV2).
+		{"tv0 complete commit at e", rec(TV0, pid, e), obs(BrokerCompleteCommit, pid, e), FoundCommitted},
+		{"tv0 complete commit at e+1", rec(TV0, pid, e), obs(BrokerCompleteCommit, pid, e+1), Unknown},
+		{"tv2 complete commit at e+1", rec(TV2, pid, e), obs(BrokerCompleteCommit, pid, e+1), FoundCommitted},
+		{"tv2 complete commit at e", rec(TV2, pid, e), obs(BrokerCompleteCommit, pid, e), Unknown},
+		{"tv2 complete commit at e+2", rec(TV2, pid, e), obs(BrokerCompleteCommit, pid, e+2), Unknown},
+		{"complete commit other pid", rec(TV0, pid, e), obs(BrokerCompleteCommit, pid+1, e), Unknown},
+		{"tv0 prepare commit at e", rec(TV0, pid, e), obs(BrokerPrepareCommit, pid, e), FoundCommitted},
+		{"tv2 prepare commit at e+1", rec(TV2, pid, e), obs(BrokerPrepareCommit, pid, e+1), FoundCommitted},
+
+		// A new pid at epoch 0 after the epoch overflowed (TV2 only).
+		{"tv2 overflow new pid epoch 0", rec(TV2, pid, math.MaxInt16-1), obs(BrokerCompleteCommit, pid+1, 0), FoundCommitted},
+		{"tv2 overflow at max", rec(TV2, pid, math.MaxInt16), obs(BrokerCompleteCommit, pid+1, 0), FoundCommitted},
+		{"tv2 new pid epoch 0 without overflow", rec(TV2, pid, e), obs(BrokerCompleteCommit, pid+1, 0), Unknown},
+		{"tv2 overflow new pid epoch 1", rec(TV2, pid, math.MaxInt16-1), obs(BrokerCompleteCommit, pid+1, 1), Unknown},
+		{"tv2 overflow new pid ongoing", rec(TV2, pid, math.MaxInt16-1), obs(BrokerOngoing, pid+1, 0), Unknown},
+		{"tv0 new pid epoch 0", rec(TV0, pid, math.MaxInt16-1), obs(BrokerCompleteCommit, pid+1, 0), Unknown},
+
+		// CompleteAbort at e+1 (TV0) / e+2 (TV2).
+		{"tv0 complete abort at e+1", rec(TV0, pid, e), obs(BrokerCompleteAbort, pid, e+1), FoundAborted},
+		{"tv0 complete abort at e", rec(TV0, pid, e), obs(BrokerCompleteAbort, pid, e), Unknown},
+		{"tv2 complete abort at e+2", rec(TV2, pid, e), obs(BrokerCompleteAbort, pid, e+2), FoundAborted},
+		{"tv2 complete abort at e+1", rec(TV2, pid, e), obs(BrokerCompleteAbort, pid, e+1), Unknown},
+		{"tv2 complete abort at e+3", rec(TV2, pid, e), obs(BrokerCompleteAbort, pid, e+3), Unknown},
+		{"complete abort other pid", rec(TV0, pid, e), obs(BrokerCompleteAbort, pid+1, e+1), Unknown},
+
+		// PrepareAbort.
+		{"tv0 prepare abort at e+1", rec(TV0, pid, e), obs(BrokerPrepareAbort, pid, e+1), FoundAborted},
+		{"tv2 prepare abort at e+1", rec(TV2, pid, e), obs(BrokerPrepareAbort, pid, e+1), FoundAborted},
+		{"prepare abort at e", rec(TV0, pid, e), obs(BrokerPrepareAbort, pid, e), FoundAborted},
+		{"prepare abort far later", rec(TV0, pid, e), obs(BrokerPrepareAbort, pid, e+3), Unknown},
+		{"prepare abort other pid", rec(TV2, pid, e), obs(BrokerPrepareAbort, pid+1, e+1), Unknown},
+
+		// Anything else.
+		{"not found", rec(TV0, pid, e), Observation{}, Unknown},
+		{"empty at e", rec(TV0, pid, e), obs(BrokerEmpty, pid, e), Unknown},
+		{"empty at e+1 (re-initialised)", rec(TV2, pid, e), obs(BrokerEmpty, pid, e+1), Unknown},
+		{"dead", rec(TV0, pid, e), obs(BrokerDead, pid, e), Unknown},
+		{"prepare epoch fence", rec(TV0, pid, e), obs(BrokerPrepareEpochFence, pid, e), Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Decide(tc.r, tc.o); got != tc.want {
+				t.Fatalf("Decide(%+v, %v) = %v, want %v", tc.r, tc.o, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestProbePartition(t *testing.T) {
+	w := PartitionWrite{Topic: "t", Partition: 1, FirstOffset: 10, ProducerID: 7}
+	base := FetchObservation{LogStartOffset: 0, LastStableOffset: 10, BatchFound: true, BatchProducerID: 7}
+	with := func(f func(*FetchObservation)) FetchObservation { o := base; f(&o); return o }
+	for _, tc := range []struct {
+		name string
+		f    FetchObservation
+		want Outcome
+	}{
+		{"lso at first offset", base, Unknown},
+		{"lso past, not aborted", with(func(o *FetchObservation) { o.LastStableOffset = 11 }), FoundCommitted},
+		{"commit marker follows", with(func(o *FetchObservation) { o.CommitMarker = true }), FoundCommitted},
+		{"aborted listed", with(func(o *FetchObservation) { o.LastStableOffset = 20; o.AbortedListed = true }), FoundAborted},
+		{"abort marker follows", with(func(o *FetchObservation) { o.LastStableOffset = 20; o.AbortMarker = true }), FoundAborted},
+		{"abort marker, lso not past", with(func(o *FetchObservation) { o.AbortMarker = true }), FoundAborted},
+		{"both markers", with(func(o *FetchObservation) { o.AbortMarker = true; o.CommitMarker = true }), Unknown},
+		{"below log start", with(func(o *FetchObservation) { o.LogStartOffset = 11; o.LastStableOffset = 20 }), Unknown},
+		{"batch gone (compacted)", with(func(o *FetchObservation) { o.BatchFound = false; o.LastStableOffset = 20 }), Unknown},
+		{"another producer's batch", with(func(o *FetchObservation) { o.BatchProducerID = 8; o.LastStableOffset = 20 }), Unknown},
+		{"another producer's batch, aborted listed", with(func(o *FetchObservation) { o.BatchProducerID = 8; o.AbortedListed = true }), Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ProbePartition(w, tc.f); got != tc.want {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCombineProbes(t *testing.T) {
+	for _, tc := range []struct {
+		in   []Outcome
+		want Outcome
+	}{
+		{nil, Unknown},
+		{[]Outcome{Unknown, Unknown}, Unknown},
+		{[]Outcome{Unknown, FoundCommitted}, FoundCommitted},
+		{[]Outcome{FoundAborted, Unknown}, FoundAborted},
+		{[]Outcome{FoundCommitted, FoundCommitted}, FoundCommitted},
+		{[]Outcome{FoundCommitted, FoundAborted}, Unknown},
+	} {
+		if got := CombineProbes(tc.in); got != tc.want {
+			t.Errorf("CombineProbes(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestRetryOutcome(t *testing.T) {
+	if RetryOutcome(RetryOK) != FoundCommitted || RetryOutcome(RetryRejected) != Unknown || RetryOutcome(RetryFailed) != Unknown {
+		t.Fatal("retry outcomes")
+	}
+}
+
+func TestClassifyFence(t *testing.T) {
+	const pid, e = 50, 3
+	for _, tc := range []struct {
+		name string
+		tv   TxnVersion
+		o    Observation
+		want FenceKind
+	}{
+		{"tv0 timeout complete abort e+1", TV0, obs(BrokerCompleteAbort, pid, e+1), FenceOwnTimeout},
+		{"tv0 timeout prepare abort e+1", TV0, obs(BrokerPrepareAbort, pid, e+1), FenceOwnTimeout},
+		{"tv0 timeout epoch fence", TV0, obs(BrokerPrepareEpochFence, pid, e+1), FenceOwnTimeout},
+		{"tv2 timeout complete abort e+2", TV2, obs(BrokerCompleteAbort, pid, e+2), FenceOwnTimeout},
+		{"tv0 abort e+2 is not ours", TV0, obs(BrokerCompleteAbort, pid, e+2), FenceZombie},
+		{"no epoch change", TV0, obs(BrokerEmpty, pid, e), FenceOwnTimeout},
+		{"zombie: re-initialised, empty", TV0, obs(BrokerEmpty, pid, e+1), FenceZombie},
+		{"zombie: re-initialised, ongoing", TV2, obs(BrokerOngoing, pid, e+1), FenceZombie},
+		{"zombie: new pid", TV0, obs(BrokerEmpty, pid+1, 0), FenceZombie},
+		{"not found", TV0, Observation{}, FenceZombie},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ClassifyFence(pid, e, tc.tv, tc.o); got != tc.want {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestResolve(t *testing.T) {
+	r := func(epoch uint64) Record { x := rec(TV0, 1, 1); x.Epoch = epoch; return x }
+	type want struct {
+		epoch  uint64
+		action Action
+	}
+	for _, tc := range []struct {
+		name    string
+		mode    Mode
+		ov      Override
+		in      []InDoubt
+		want    []want
+		wantErr error
+	}{
+		{"committed", Plain, NoOverride, []InDoubt{{r(1), FoundCommitted}}, []want{{1, MarkCommitted}}, nil},
+		{"aborted", Plain, NoOverride, []InDoubt{{r(1), FoundAborted}}, []want{{1, MarkAborted}}, nil},
+		{"open plain aborts", Plain, NoOverride, []InDoubt{{r(1), StillOpen}}, []want{{1, AbortOpen}}, nil},
+		{"open k2k resumes", KafkaToKafka, NoOverride, []InDoubt{{r(1), StillOpen}}, []want{{1, ResumeCommit}}, nil},
+		{"open dedupe resumes", Dedupe, NoOverride, []InDoubt{{r(1), StillOpen}}, []want{{1, ResumeCommit}}, nil},
+		{"unknown stops", Plain, NoOverride, []InDoubt{{r(1), Unknown}}, []want{{1, Stop}}, nil},
+		{"unknown forced committed", Plain, ForceCommitted, []InDoubt{{r(1), Unknown}}, []want{{1, MarkCommitted}}, nil},
+		{"unknown forced aborted", Plain, ForceAborted, []InDoubt{{r(1), Unknown}}, []want{{1, MarkAborted}}, nil},
+		{"in epoch order: committed then open", KafkaToKafka, NoOverride,
+			[]InDoubt{{r(5), StillOpen}, {r(4), FoundCommitted}}, []want{{4, MarkCommitted}, {5, ResumeCommit}}, nil},
+		{"after aborted everything aborts", KafkaToKafka, NoOverride,
+			[]InDoubt{{r(3), StillOpen}, {r(1), FoundAborted}, {r(2), Unknown}, {r(4), FoundAborted}},
+			[]want{{1, MarkAborted}, {2, AbortOpen}, {3, AbortOpen}, {4, MarkAborted}}, nil},
+		{"plain open aborts later too", Plain, NoOverride,
+			[]InDoubt{{r(1), StillOpen}, {r(2), StillOpen}}, []want{{1, AbortOpen}, {2, AbortOpen}}, nil},
+		{"after unknown everything stops", Plain, NoOverride,
+			[]InDoubt{{r(1), Unknown}, {r(2), FoundCommitted}}, []want{{1, Stop}, {2, Stop}}, nil},
+		{"committed after aborted is a contradiction", Plain, NoOverride,
+			[]InDoubt{{r(1), FoundAborted}, {r(2), FoundCommitted}}, []want{{1, MarkAborted}, {2, Stop}}, ErrContradiction},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Resolve(tc.mode, tc.in, tc.ov)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d decisions, want %d", len(got), len(tc.want))
+			}
+			for i, w := range tc.want {
+				if got[i].Record.Epoch != w.epoch || got[i].Action != w.action {
+					t.Errorf("decision %d = epoch %d %v (%s), want epoch %d %v", i, got[i].Record.Epoch, got[i].Action, got[i].Reason, w.epoch, w.action)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckTiming(t *testing.T) {
+	if err := CheckTiming(time.Second, 5*time.Second, 60*time.Second, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckTiming(50*time.Second, 5*time.Second, 60*time.Second, 5*time.Second); !errors.Is(err, ErrTiming) {
+		t.Fatalf("err = %v", err)
+	}
+}

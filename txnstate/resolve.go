@@ -1,0 +1,185 @@
+package txnstate
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Mode is what the epochs carry besides records, and so what recovery does
+// with an epoch that is still open.
+type Mode uint8
+
+const (
+	// Plain: records only. An open in-doubt epoch is aborted; the input
+	// replays its batches (at-least-once across a crash, atomic epochs).
+	Plain Mode = iota
+	// KafkaToKafka: records plus consumer-group offsets in the same
+	// transaction. An open in-doubt epoch is resumed (committed): it saves
+	// the replay, and offsets move only with the commit.
+	KafkaToKafka
+	// Dedupe: records plus dedupe positions. An open in-doubt epoch is
+	// resumed: the input will not replay what its positions cover.
+	Dedupe
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Plain:
+		return "plain"
+	case KafkaToKafka:
+		return "kafka_to_kafka"
+	case Dedupe:
+		return "dedupe"
+	}
+	return fmt.Sprintf("mode(%d)", m)
+}
+
+// Action is what recovery does for one in-doubt epoch. Every decision is
+// written to the state cache before it is acted upon.
+type Action uint8
+
+const (
+	// MarkCommitted: the broker says committed; write COMMITTED.
+	MarkCommitted Action = iota
+	// MarkAborted: the broker says aborted; write ABORTED.
+	MarkAborted
+	// ResumeCommit: send a raw EndTxn(commit) with the stored id, epoch
+	// and version, then write what it returns.
+	ResumeCommit
+	// AbortOpen: write ABORTED, then let InitProducerID on the slot abort
+	// the transaction that is still open.
+	AbortOpen
+	// Stop: nothing exact is known; do not start. The operator decides,
+	// with Override, after looking at the cluster.
+	Stop
+)
+
+var actionNames = [...]string{"mark-committed", "mark-aborted", "resume-commit", "abort-open", "stop"}
+
+func (a Action) String() string {
+	if int(a) < len(actionNames) {
+		return actionNames[a]
+	}
+	return fmt.Sprintf("action(%d)", a)
+}
+
+// Override forces the decision for in-doubt epochs whose outcome is Unknown.
+// It exists for operators only: the probe found nothing exact (the records
+// were deleted or compacted away) and someone checked by other means.
+type Override uint8
+
+const (
+	NoOverride Override = iota
+	ForceCommitted
+	ForceAborted
+)
+
+// InDoubt is one PREPARED record with the outcome observed for it (Decide,
+// then, if Unknown, the probe).
+type InDoubt struct {
+	Record  Record
+	Outcome Outcome
+}
+
+// Decision is Resolve's answer for one in-doubt epoch.
+type Decision struct {
+	Record  Record
+	Outcome Outcome
+	Action  Action
+	// Reason is stored in the record and logged.
+	Reason string
+}
+
+// ErrContradiction is wrapped when the observations break invariant I5 (an
+// epoch committed after an earlier one aborted). Recovery must stop: the
+// cluster does not look like anything this output would have written.
+var ErrContradiction = errors.New("txnstate: epoch committed after an earlier aborted epoch")
+
+// Resolve decides every in-doubt epoch in epoch order. After the first
+// aborted epoch everything later is aborted (a later epoch never commits over
+// an earlier failed one); an open epoch is aborted in plain mode and resumed
+// otherwise; an unknown one stops recovery unless overridden, and so does
+// every later one (its fate depends on the earlier one's). A later epoch
+// found committed after an aborted one is a contradiction: Stop and an error
+// wrapping ErrContradiction.
+func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
+	in = slices.Clone(in)
+	slices.SortStableFunc(in, func(a, b InDoubt) int {
+		switch {
+		case a.Record.Epoch < b.Record.Epoch:
+			return -1
+		case a.Record.Epoch > b.Record.Epoch:
+			return 1
+		}
+		return 0
+	})
+	out := make([]Decision, 0, len(in))
+	var (
+		abortedAt *uint64
+		stopped   bool
+		errs      []error
+	)
+	for _, d := range in {
+		dec := Decision{Record: d.Record, Outcome: d.Outcome}
+		switch {
+		case stopped:
+			dec.Action, dec.Reason = Stop, "an earlier in-doubt epoch is unknown"
+		case abortedAt != nil:
+			switch d.Outcome {
+			case FoundCommitted:
+				dec.Action, dec.Reason = Stop, fmt.Sprintf("found committed after epoch %d aborted", *abortedAt)
+				errs = append(errs, fmt.Errorf("%w: epoch %d (%s) committed, epoch %d aborted", ErrContradiction, d.Record.Epoch, d.Record.TransactionalID, *abortedAt))
+			case FoundAborted:
+				dec.Action, dec.Reason = MarkAborted, "found aborted"
+			default:
+				dec.Action, dec.Reason = AbortOpen, fmt.Sprintf("aborted: epoch %d aborted before it", *abortedAt)
+			}
+		default:
+			switch d.Outcome {
+			case FoundCommitted:
+				dec.Action, dec.Reason = MarkCommitted, "found committed"
+			case FoundAborted:
+				dec.Action, dec.Reason = MarkAborted, "found aborted"
+			case StillOpen:
+				if mode == Plain {
+					dec.Action, dec.Reason = AbortOpen, "open at restart; plain mode aborts (the input replays)"
+				} else {
+					dec.Action, dec.Reason = ResumeCommit, "open at restart; resumed"
+				}
+			default:
+				switch ov {
+				case ForceCommitted:
+					dec.Action, dec.Reason = MarkCommitted, "unknown; forced committed by the operator"
+				case ForceAborted:
+					dec.Action, dec.Reason = MarkAborted, "unknown; forced aborted by the operator"
+				default:
+					dec.Action, dec.Reason = Stop, "unknown: the broker and the probe identify nothing"
+					stopped = true
+				}
+			}
+			if dec.Action == MarkAborted || dec.Action == AbortOpen {
+				e := d.Record.Epoch
+				abortedAt = &e
+			}
+		}
+		out = append(out, dec)
+	}
+	return out, errors.Join(errs...)
+}
+
+// ErrTiming is wrapped by CheckTiming failures.
+var ErrTiming = errors.New("txnstate: epoch timing does not fit in the transaction timeout")
+
+// CheckTiming checks that an epoch fits in the transaction timeout: the epoch
+// is open for up to interval, then waits for its predecessor's commit and
+// commits itself (commitBudget each), and the coordinator aborts it timeout
+// after its first partition was added, however busy it is. margin is kept
+// free for clock and network slack.
+func CheckTiming(interval, commitBudget, timeout, margin time.Duration) error {
+	if need := interval + 2*commitBudget; need >= timeout-margin {
+		return fmt.Errorf("%w: interval %v + 2 x commit budget %v = %v, must be below timeout %v - margin %v", ErrTiming, interval, commitBudget, need, timeout, margin)
+	}
+	return nil
+}
