@@ -1,0 +1,448 @@
+// Package statecache provides kafka_state, a Benthos cache backed by a
+// compacted Kafka topic.
+//
+// Benthos core has no durable cache: `file` writes in place without fsync and
+// the others live in memory. The kafka_eos output keeps its recovery identity
+// (PREPARED / COMMITTED / ABORTED per epoch, and positions) in a cache, so the
+// project ships one whose writes are durable once they return.
+//
+// What the cache promises:
+//
+//   - Durable once Set, Add or Delete returns: every write is one ProduceSync
+//     with acks=all on an idempotent producer (both franz-go defaults, relied
+//     upon here and not overridden). "Durable" means what Kafka means: in the
+//     log of every in-sync replica. With replication factor 1 that is one
+//     broker's page cache (Kafka does not fsync per write); survive machine
+//     loss with replication factor >= 3 and min.insync.replicas >= 2.
+//   - Read-your-writes within one process: the in-memory map is updated only
+//     after the broker acknowledged the write, and Get serves from the map.
+//   - Last write per key wins, as compaction decides it: by offset within the
+//     key's partition.
+//   - A new process sees everything acknowledged before it started: the
+//     topic is read to the end offsets listed at start on first use, and
+//     Refresh reads to the then-current end.
+//   - Never torn: one value is one Kafka record, never split, so a crash
+//     mid-write leaves the old value or the new one.
+//
+// What it does not promise: Add is a compare-and-set only against other
+// writes of the same process, not across processes; TTLs are
+// refused (ErrTTLUnsupported); a write that returns an error may still have
+// been written (the produce outcome is unknown), a later Refresh tells.
+//
+// Values written to the topic inside a Kafka transaction (the kafka_eos output
+// writes its epoch's positions record in the epoch's transaction) count only
+// once the transaction commits. The cache reads read_uncommitted and applies
+// a transaction's records itself when it meets the commit marker, instead of
+// reading read_committed: a read_committed reader cannot read past the first
+// open transaction (the last stable offset), so a crashed output's in-doubt
+// transaction would hide every later record, including the PREPARE record
+// the output needs to resolve that very transaction, until the broker times
+// the transaction out. Records of transactions still open at the end of a
+// read are kept aside and listed by Uncommitted.
+package statecache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Config is the Go form of the kafka_state fields.
+type Config struct {
+	// Opts are the franz-go options that connect to the cluster
+	// (kafkaconf.Conn.Opts()). The cache appends its own producer and
+	// consumer options.
+	Opts []kgo.Opt
+
+	// Topic is the compacted topic holding the values. Required.
+	Topic string
+
+	// Partitions is used only when the cache creates the topic. Default 1.
+	// Keys are spread with franz-go's default key hash (murmur2, the Java
+	// client's), so any other writer of the topic must use the same
+	// partitioner for last-write-wins to hold.
+	Partitions int32
+
+	// ReplicationFactor is used only when the cache creates the topic.
+	// Default (0 or -1): the broker's default.replication.factor (Kafka
+	// 2.4+).
+	ReplicationFactor int16
+
+	// Logger may be nil.
+	Logger *service.Logger
+}
+
+// Defaults for Config fields left zero.
+const (
+	DefaultPartitions        int32 = 1
+	DefaultReplicationFactor int16 = -1
+)
+
+// entry is the latest value of a key seen so far, with where it was read from
+// so that an older record read later (a refresh re-reading this process's own
+// write, or a committed transaction's record that precedes a later plain
+// write) does not overwrite a newer one.
+type entry struct {
+	value     []byte // nil for a tombstone
+	partition int32
+	offset    int64
+}
+
+// Cache is a key-value cache backed by a compacted Kafka topic. It implements
+// service.Cache. Create it with New; it connects lazily, on the first call.
+type Cache struct {
+	cfg Config
+	log *service.Logger
+
+	adm    *kadm.Client // admin requests, on admCl
+	admCl  *kgo.Client
+	closed atomic.Bool
+
+	// listEnd lists end offsets: adm.ListEndOffsets, replaced by tests to
+	// simulate a tail that reading cannot reach.
+	listEnd func(context.Context, ...string) (kadm.ListedOffsets, error)
+
+	// loadMu serialises the initial load and refreshes: one reader polls
+	// the topic at a time. Writes do not take it.
+	loadMu sync.Mutex
+	loaded atomic.Bool
+	cl     *kgo.Client // producer and consumer, built by load
+	meta   topicMeta   // set by load, read-only after
+
+	// mu guards the maps below.
+	mu      sync.RWMutex
+	entries map[string]entry
+	open    map[int64][]*kgo.Record // producer id -> records of its open transaction
+	next    map[int32]int64         // partition -> offset after the last record read
+
+	// writeMu serialises writes: one record is in flight at a time, so
+	// every record batch holds exactly one record and the size checked
+	// against max.message.bytes is the size the broker sees (franz-go
+	// would otherwise batch concurrent writes together, and a batch of
+	// two fitting values can exceed the limit and fail both). It also
+	// makes Add a compare-and-set against every write of this process.
+	// The cost is latency under concurrent writes, which a state cache
+	// written a few times per epoch does not have.
+	writeMu sync.Mutex
+}
+
+var _ service.Cache = (*Cache)(nil)
+
+// New returns a cache for cfg. It validates cfg and builds the admin client
+// without contacting the cluster; the topic is created or checked and read
+// on the first call (or by an explicit Refresh).
+func New(cfg Config) (*Cache, error) {
+	if cfg.Topic == "" {
+		return nil, errors.New("kafka_state: field topic is required")
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = DefaultPartitions
+	}
+	if cfg.Partitions < 0 {
+		return nil, fmt.Errorf("kafka_state: field partitions must be >= 1, got %d", cfg.Partitions)
+	}
+	if cfg.ReplicationFactor == 0 {
+		cfg.ReplicationFactor = DefaultReplicationFactor
+	}
+	if cfg.ReplicationFactor < -1 {
+		return nil, fmt.Errorf("kafka_state: field replication_factor must be -1 (broker default) or >= 1, got %d", cfg.ReplicationFactor)
+	}
+	// kadm answers from franz-go's metadata cache, which keeps a topic
+	// unknown for MetadataMinAge (default 5s) after the cache created it;
+	// admin requests are rare here (load and Refresh), so a short age
+	// costs nothing.
+	admCl, err := kgo.NewClient(append(append([]kgo.Opt{}, cfg.Opts...), kgo.MetadataMinAge(100*time.Millisecond))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka_state: %w", err)
+	}
+	c := &Cache{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		admCl:   admCl,
+		adm:     kadm.NewClient(admCl),
+		entries: make(map[string]entry),
+		open:    make(map[int64][]*kgo.Record),
+		next:    make(map[int32]int64),
+	}
+	c.listEnd = c.adm.ListEndOffsets
+	return c, nil
+}
+
+// Topic returns the topic backing the cache.
+func (c *Cache) Topic() string { return c.cfg.Topic }
+
+// Get returns the value of key, or service.ErrKeyNotFound. The first call
+// reads the topic to its end; later calls are served from memory. The
+// returned slice is a copy.
+func (c *Cache) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := c.ensureLoaded(ctx); err != nil {
+		return nil, err
+	}
+	c.mu.RLock()
+	e, ok := c.entries[key]
+	c.mu.RUnlock()
+	if !ok || e.value == nil {
+		return nil, service.ErrKeyNotFound
+	}
+	return append([]byte{}, e.value...), nil
+}
+
+// Set writes value for key and returns once the broker acknowledged it
+// (acks=all). ttl must be nil (ErrTTLUnsupported).
+func (c *Cache) Set(ctx context.Context, key string, value []byte, ttl *time.Duration) error {
+	if ttl != nil {
+		return ErrTTLUnsupported
+	}
+	return c.write(ctx, key, nonNil(value), false)
+}
+
+// Add writes value for key unless the key has a value, in which case it
+// returns service.ErrKeyAlreadyExists. The check is against this process's
+// view of the topic and is atomic only against writes made through this
+// Cache: two processes can both Add the same key, and the later record
+// wins. ttl must be nil.
+func (c *Cache) Add(ctx context.Context, key string, value []byte, ttl *time.Duration) error {
+	if ttl != nil {
+		return ErrTTLUnsupported
+	}
+	return c.write(ctx, key, nonNil(value), true)
+}
+
+// Delete writes a tombstone for key (a record with a null value), which
+// compaction eventually removes together with the older values of the key,
+// after the topic's delete.retention.ms (Kafka default 1 day). Deleting a
+// missing key writes a tombstone all the same and returns nil.
+func (c *Cache) Delete(ctx context.Context, key string) error {
+	return c.write(ctx, key, nil, false)
+}
+
+// Close closes the Kafka clients. Writes still in flight fail.
+func (c *Cache) Close(ctx context.Context) error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.admCl.Close()
+	// A refresh holding loadMu returns soon: its poll fails on the closed
+	// client, so wait for it rather than racing its use of c.cl.
+	c.loadMu.Lock()
+	defer c.loadMu.Unlock()
+	if c.cl != nil {
+		c.cl.Close()
+	}
+	return nil
+}
+
+// Refresh reads the topic up to its current end offsets, so that this
+// process sees what other processes wrote since it started (or since the last
+// Refresh). The first call of any method does this anyway.
+func (c *Cache) Refresh(ctx context.Context) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if !c.loaded.Load() {
+		return c.ensureLoaded(ctx)
+	}
+	c.loadMu.Lock()
+	defer c.loadMu.Unlock()
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return c.readToEnd(ctx)
+}
+
+// UncommittedRecord is a record of a Kafka transaction that was still open
+// when the cache last read the end of the topic.
+type UncommittedRecord struct {
+	Key           string
+	Value         []byte // nil for a tombstone
+	ProducerID    int64
+	ProducerEpoch int16
+	Partition     int32
+	Offset        int64
+}
+
+// Uncommitted returns the records of transactions that were open at the end
+// of the last read (load or Refresh), in offset order per producer. They are
+// not visible through Get: they count once a later Refresh reads their
+// commit marker, and never if the transaction aborts. The kafka_eos output
+// uses this to see the positions of an in-doubt epoch.
+func (c *Cache) Uncommitted() []UncommittedRecord {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []UncommittedRecord
+	for _, rs := range c.open {
+		for _, r := range rs {
+			if isReserved(r.Key) {
+				continue
+			}
+			out = append(out, UncommittedRecord{
+				Key:           string(r.Key),
+				Value:         r.Value,
+				ProducerID:    r.ProducerID,
+				ProducerEpoch: r.ProducerEpoch,
+				Partition:     r.Partition,
+				Offset:        r.Offset,
+			})
+		}
+	}
+	return out
+}
+
+// Len returns the number of keys with a value.
+func (c *Cache) Len() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := 0
+	for _, e := range c.entries {
+		if e.value != nil {
+			n++
+		}
+	}
+	return n
+}
+
+func nonNil(v []byte) []byte {
+	if v == nil {
+		return []byte{} // a nil value would be a tombstone
+	}
+	return v
+}
+
+// write produces one record for key and, once acknowledged, applies it to the
+// map. value nil writes a tombstone.
+func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) error {
+	if isReserved([]byte(key)) {
+		return fmt.Errorf("%w: %q", ErrReservedKey, key)
+	}
+	if err := c.ensureLoaded(ctx); err != nil {
+		return err
+	}
+	if size := recordBatchSize([]byte(key), value); size > c.meta.maxMessageBytes {
+		return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: size, Limit: c.meta.maxMessageBytes}
+	}
+
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if add {
+		c.mu.RLock()
+		e, ok := c.entries[key]
+		c.mu.RUnlock()
+		if ok && e.value != nil {
+			return service.ErrKeyAlreadyExists
+		}
+	}
+
+	// The value is copied: Benthos message bytes are shared, and the map
+	// must not change under a caller that reuses its buffer.
+	var v []byte
+	if value != nil {
+		v = append([]byte{}, value...)
+	}
+	r := &kgo.Record{
+		Topic:     c.cfg.Topic,
+		Key:       []byte(key),
+		Value:     v,
+		Partition: c.meta.partitionFor([]byte(key)),
+	}
+	if err := c.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
+			return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: recordBatchSize(r.Key, v), Limit: c.meta.maxMessageBytes}
+		}
+		if c.closed.Load() {
+			return ErrClosed
+		}
+		return fmt.Errorf("kafka_state: writing key %q to topic %q (the write may or may not have happened): %w", key, c.cfg.Topic, err)
+	}
+	c.mu.Lock()
+	c.put(r)
+	c.mu.Unlock()
+	return nil
+}
+
+// ensureLoaded creates or checks the topic and reads it to its end, once. A
+// failed load is retried by the next call.
+func (c *Cache) ensureLoaded(ctx context.Context) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if c.loaded.Load() {
+		return nil
+	}
+	c.loadMu.Lock()
+	defer c.loadMu.Unlock()
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if c.loaded.Load() {
+		return nil
+	}
+	if err := c.load(ctx); err != nil {
+		if c.cl != nil {
+			c.cl.Close()
+			c.cl = nil
+		}
+		c.mu.Lock()
+		clear(c.entries)
+		clear(c.open)
+		clear(c.next)
+		c.mu.Unlock()
+		return err
+	}
+	c.loaded.Store(true)
+	return nil
+}
+
+func (c *Cache) load(ctx context.Context) error {
+	meta, err := c.ensureTopic(ctx)
+	if err != nil {
+		return err
+	}
+	c.meta = meta
+
+	parts := make(map[int32]kgo.Offset, meta.partitions)
+	for p := int32(0); p < meta.partitions; p++ {
+		parts[p] = kgo.NewOffset().AtStart()
+	}
+	opts := append([]kgo.Opt{}, c.cfg.Opts...)
+	opts = append(opts,
+		// Writes: acks=all and idempotence are franz-go's defaults and
+		// are what makes a write durable once ProduceSync returns; they
+		// are not overridden. Compression is off so that the size
+		// checked against max.message.bytes is the size sent; the
+		// partition is chosen by partitionFor (Java-compatible murmur2),
+		// so that the stall barrier (read.go) can target a partition.
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		// franz-go counts a batch with a 4 byte array length (or a
+		// varint of up to 5) on top of what the broker checks; with one
+		// record per batch (writeMu), this lets a record of exactly
+		// max.message.bytes through and leaves the check to write.
+		kgo.ProducerBatchMaxBytes(clampBatchBytes(meta.maxMessageBytes+5)),
+		// Reads: every partition from its start, uncommitted, with
+		// transaction markers, so transactions are resolved here (see
+		// the package doc for why not read_committed).
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{c.cfg.Topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.KeepControlRecords(),
+	)
+	if meta.maxMessageBytes > 100<<20 {
+		// franz-go's default 100 MiB request cap must fit one batch.
+		opts = append(opts, kgo.BrokerMaxWriteBytes(int32(min(meta.maxMessageBytes, 1<<30))+1<<20))
+	}
+	if c.cl, err = kgo.NewClient(opts...); err != nil {
+		return fmt.Errorf("kafka_state: %w", err)
+	}
+	return c.readToEnd(ctx)
+}
+
+func clampBatchBytes(n int) int32 {
+	return int32(max(512, min(n, 1<<30))) // franz-go accepts [512, 1 GiB]
+}

@@ -1,0 +1,66 @@
+package statecache
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the cache. Compare with errors.Is; the typed errors below
+// wrap the matching sentinel.
+var (
+	// ErrClosed is returned by every operation after Close.
+	ErrClosed = errors.New("kafka_state: cache is closed")
+
+	// ErrTTLUnsupported is returned by Set and Add when a TTL is passed.
+	// A compacted topic keeps the last value of a key until it is deleted;
+	// silently ignoring a TTL would keep values a caller expects to expire,
+	// so the cache refuses instead.
+	ErrTTLUnsupported = errors.New("kafka_state: TTLs are not supported (values live until deleted)")
+
+	// ErrValueTooLarge is wrapped by *TooLargeError.
+	ErrValueTooLarge = errors.New("kafka_state: value too large")
+
+	// ErrTopicNotCompacted is wrapped by *TopicPolicyError.
+	ErrTopicNotCompacted = errors.New("kafka_state: topic is not compacted")
+
+	// ErrReservedKey is returned for keys in the cache's reserved namespace
+	// (keys starting with a NUL byte and "kafka_state/"), which the cache
+	// writes itself and hides from readers.
+	ErrReservedKey = errors.New("kafka_state: key is reserved")
+)
+
+// TooLargeError is returned when a key and value would not fit in one record
+// batch under the topic's max.message.bytes. The cache never splits a value
+// across records: a split value could be read half-written after a crash.
+type TooLargeError struct {
+	Topic      string
+	Key        string
+	ValueBytes int // len(value)
+	BatchBytes int // the record batch the broker would see, header included
+	Limit      int // the topic's max.message.bytes
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("kafka_state: value for key %q is %d bytes (a %d byte record batch), over max.message.bytes %d of topic %q; values are never split across records, raise max.message.bytes on the topic or store less",
+		e.Key, e.ValueBytes, e.BatchBytes, e.Limit, e.Topic)
+}
+
+// Unwrap returns ErrValueTooLarge.
+func (*TooLargeError) Unwrap() error { return ErrValueTooLarge }
+
+// TopicPolicyError is returned when an existing topic's cleanup policy could
+// lose values: without compaction a value disappears with its segment after
+// retention, and "compact,delete" with a finite retention does the same to
+// any key that is not rewritten within the retention.
+type TopicPolicyError struct {
+	Topic  string
+	Policy string // cleanup.policy as described by the broker
+	Reason string
+}
+
+func (e *TopicPolicyError) Error() string {
+	return fmt.Sprintf("kafka_state: topic %q has cleanup.policy=%q: %s", e.Topic, e.Policy, e.Reason)
+}
+
+// Unwrap returns ErrTopicNotCompacted.
+func (*TopicPolicyError) Unwrap() error { return ErrTopicNotCompacted }

@@ -1,0 +1,204 @@
+package statecache
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// stallAfter is how long a read waits without any record of a partition that
+// is still short of its target before it writes a barrier (see readToEnd).
+var stallAfter = 2 * time.Second
+
+// barrierKey is the key of the tombstones readToEnd writes as barriers.
+var barrierKey = append(append([]byte{}, reservedPrefix...), "barrier"...)
+
+// readToEnd reads every partition up to the end offset (high watermark)
+// listed when it starts. Everything acknowledged before that is below it.
+//
+// Progress is measured by the offsets of the records read, control records
+// included. That can fall short of the end when the last records of a
+// partition are gone: compaction removes a tombstone after
+// delete.retention.ms, and an aborted transaction's records and markers, once
+// their segment is no longer active; franz-go skips such gaps without
+// reporting them. So when a partition is short of its target and nothing
+// arrives for stallAfter, the reader writes a barrier (a tombstone under a
+// reserved key, never returned) to that partition and reads up to it
+// instead: any record it sees at or past the barrier is past the old target.
+// Tombstones leave nothing behind once compacted.
+func (c *Cache) readToEnd(ctx context.Context) error {
+	topic := c.cfg.Topic
+	starts, err := listOffsets(ctx, c.adm.ListStartOffsets, topic)
+	if err != nil {
+		return fmt.Errorf("kafka_state: listing start offsets of topic %q: %w", topic, err)
+	}
+	ends, err := listOffsets(ctx, c.listEnd, topic)
+	if err != nil {
+		return fmt.Errorf("kafka_state: listing end offsets of topic %q: %w", topic, err)
+	}
+
+	target := make(map[int32]int64)
+	c.mu.Lock()
+	for p := int32(0); p < c.meta.partitions; p++ {
+		start, end := starts[p], ends[p]
+		if c.next[p] < start {
+			c.next[p] = start // records below the log start are gone
+		}
+		if end > c.next[p] {
+			target[p] = end
+		}
+	}
+	c.mu.Unlock()
+
+	barriers := make(map[int32]bool)
+	for len(target) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, stallAfter)
+		fs := c.cl.PollFetches(pctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("kafka_state: reading topic %q to its end: %w", topic, err)
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			switch {
+			case errors.Is(err, context.DeadlineExceeded) && pctx.Err() != nil:
+			case errors.Is(err, kgo.ErrClientClosed):
+				ferr = ErrClosed
+			case ferr == nil:
+				ferr = fmt.Errorf("kafka_state: reading topic %q partition %d: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return ferr
+		}
+
+		progressed := make(map[int32]bool)
+		c.mu.Lock()
+		fs.EachRecord(func(r *kgo.Record) {
+			progressed[r.Partition] = true
+			c.apply(r)
+		})
+		for p, t := range target {
+			if c.next[p] >= t {
+				delete(target, p)
+			}
+		}
+		c.mu.Unlock()
+
+		if pctx.Err() == nil {
+			continue
+		}
+		for p := range target {
+			if progressed[p] || barriers[p] {
+				continue
+			}
+			off, err := c.writeBarrier(ctx, p)
+			if err != nil {
+				return err
+			}
+			barriers[p] = true
+			target[p] = off + 1
+			c.logWarnf("kafka_state: topic %s partition %d: no record read up to its end offset for %v; wrote a barrier at offset %d and read up to it", topic, p, stallAfter, off)
+		}
+	}
+	return nil
+}
+
+func (c *Cache) writeBarrier(ctx context.Context, p int32) (int64, error) {
+	r := &kgo.Record{Topic: c.cfg.Topic, Partition: p, Key: barrierKey}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if err := c.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		return 0, fmt.Errorf("kafka_state: writing a read barrier to topic %q partition %d: %w", c.cfg.Topic, p, err)
+	}
+	return r.Offset, nil
+}
+
+// listOffsets lists start or end offsets of every partition of topic,
+// retrying briefly: right after a topic is created, its leaders may not be
+// known yet.
+func listOffsets(ctx context.Context, list func(context.Context, ...string) (kadm.ListedOffsets, error), topic string) (map[int32]int64, error) {
+	for attempt := 0; ; attempt++ {
+		los, err := list(ctx, topic)
+		if err == nil {
+			err = los.Error()
+		}
+		if err == nil {
+			out := make(map[int32]int64)
+			los.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+			return out, nil
+		}
+		if attempt >= 30 || ctx.Err() != nil {
+			return nil, err
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// apply folds one record read from the topic into the map. c.mu is held.
+//
+// Transactions are resolved here (the consumer reads read_uncommitted): a
+// transactional record is held per producer id until that producer's next
+// control record, a commit marker applies the held records, an abort marker
+// drops them. A producer has at most one open transaction, so its next
+// marker ends the records held for it.
+func (c *Cache) apply(r *kgo.Record) {
+	if r.Offset+1 > c.next[r.Partition] {
+		c.next[r.Partition] = r.Offset + 1
+	}
+	switch {
+	case r.Attrs.IsControl():
+		held := c.open[r.ProducerID]
+		delete(c.open, r.ProducerID)
+		if isCommitMarker(r.Key) {
+			for _, h := range held {
+				c.put(h)
+			}
+		}
+	case r.Attrs.IsTransactional():
+		c.open[r.ProducerID] = append(c.open[r.ProducerID], copyRecord(r))
+	default:
+		c.put(r)
+	}
+}
+
+// isCommitMarker reads a control record key: int16 version, int16 type, where
+// type 0 is ABORT and 1 is COMMIT.
+func isCommitMarker(key []byte) bool {
+	return len(key) >= 4 && binary.BigEndian.Uint16(key[2:4]) == 1
+}
+
+// put sets the key of r to its value (nil: a tombstone) unless the map holds
+// a record of the same partition at an equal or later offset. c.mu is held.
+func (c *Cache) put(r *kgo.Record) {
+	if isReserved(r.Key) {
+		return
+	}
+	key := string(r.Key)
+	if e, ok := c.entries[key]; ok && e.partition == r.Partition && e.offset >= r.Offset {
+		return
+	}
+	var v []byte
+	if r.Value != nil {
+		// Copied: a fetched value aliases its whole fetch buffer.
+		v = append([]byte{}, r.Value...)
+	}
+	c.entries[key] = entry{value: v, partition: r.Partition, offset: r.Offset}
+}
+
+func copyRecord(r *kgo.Record) *kgo.Record {
+	cp := *r
+	cp.Key = append([]byte{}, r.Key...)
+	if r.Value != nil {
+		cp.Value = append([]byte{}, r.Value...)
+	}
+	cp.Headers = nil
+	return &cp
+}

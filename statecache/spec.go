@@ -1,0 +1,149 @@
+package statecache
+
+import (
+	"fmt"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
+)
+
+// Field names of kafka_state, besides the shared connection fields.
+const (
+	ksFieldTopic             = "topic"
+	ksFieldPartitions        = "partitions"
+	ksFieldReplicationFactor = "replication_factor"
+)
+
+// Spec returns the config spec of the kafka_state cache. It is a function so
+// that tests and the docs generator use the same spec as the registration.
+func Spec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Services").
+		Summary("A durable cache backed by a compacted Kafka topic; the state cache of the kafka_eos output.").
+		Description(`
+Every key is a record key and every value a record value of one compacted topic; deleting a key writes a tombstone. On first use the cache reads the topic from the beginning to the end offsets listed at that moment and keeps the result in memory; `+"`Get`"+` is served from memory.
+
+### What it promises
+
+- **Durable once a write returns.** Set, add and delete produce one record synchronously with `+"`acks=all`"+` on an idempotent producer (the franz-go defaults, which the cache relies on and does not override), and return only once the broker acknowledged it. Durable means what Kafka means: in the log of every in-sync replica, not fsynced. To survive the loss of a machine, use `+"`replication_factor: 3`"+` (or a broker default of 3) with `+"`min.insync.replicas=2`"+` on the topic.
+- **Read-your-writes within one process.** The in-memory copy changes only after the broker acknowledged a write.
+- **Last write per key wins**, by offset within the key's partition, which is what compaction keeps.
+- **A restart sees every acknowledged write**: a new process reads the whole topic on first use. A process does not see another live process's later writes until it reads again (the kafka_eos output does that through the cache's Go API).
+- **Never torn.** A value is exactly one record, never split: after a crash mid-write a key has its old value or its new one. A value whose record would exceed the topic's `+"`max.message.bytes`"+` is rejected with an error naming the key, the size and the limit.
+- **Transactions count once committed.** Records that another producer wrote to the topic inside a Kafka transaction (the kafka_eos output writes its positions that way) become visible when the commit marker is read, never if the transaction aborts.
+
+### What it does not promise
+
+- `+"`add`"+` fails with "key already exists" when this process knows the key; it is **not** a compare-and-set across processes: two processes adding the same key both succeed and the later record wins.
+- **No TTL.** A compacted topic keeps the last value of a key until the key is deleted, so a write with a TTL is rejected rather than stored forever.
+- A write that returns an error may still have been written (the produce outcome is unknown); the next read of the topic tells.
+- Memory: the whole key space is held in memory, and a new process reads the whole topic. This is a cache for small state (offsets, recovery records), not for bulk data.
+
+### The topic
+
+If the topic does not exist it is created with `+"`partitions`"+` and `+"`replication_factor`"+`, `+"`cleanup.policy=compact`"+` and `+"`segment.ms=3600000`"+` (compaction never touches the active segment, which Kafka rolls after 7 days or 1 GiB by default; one hour keeps the uncompacted tail, which every new process reads, to an hour of writes). `+"`min.compaction.lag.ms`"+` stays 0 (nothing needs old values to outlive their successor), and `+"`delete.retention.ms`"+` (Kafka default 1 day) is how long a tombstone stays readable. Tune these with kafka-configs if needed.
+
+An existing topic must have a `+"`cleanup.policy`"+` containing `+"`compact`"+`; `+"`compact,delete`"+` is accepted only with `+"`retention.ms=-1`"+` and `+"`retention.bytes=-1`"+`, since a finite retention deletes keys not rewritten in time. Anything else fails with an error naming the topic. Keys are spread over partitions with the Java client's murmur2 key hash (franz-go's default); another writer to the topic must use the same partitioner.`).
+		Fields(kafkaconf.Fields()...).
+		Fields(
+			service.NewStringField(ksFieldTopic).
+				Description("The compacted topic holding the values. Created if missing. Use one topic per deployment (or per pipeline): every process reads all of it."),
+			service.NewIntField(ksFieldPartitions).
+				Description("Partitions of the topic when the cache creates it. One is enough for state of a few thousand keys and keeps the read at start a single sequential read.").
+				Default(int(DefaultPartitions)).
+				Advanced(),
+			service.NewIntField(ksFieldReplicationFactor).
+				Description("Replication factor of the topic when the cache creates it. `-1` uses the broker's `default.replication.factor` (Kafka 2.4+). Use 3 in production: with 1, a write is on one broker only.").
+				Default(int(DefaultReplicationFactor)).
+				Advanced(),
+		).
+		LintRule(`root = match {
+  this.partitions.or(1) < 1 => [ "field partitions must be at least 1" ],
+  this.replication_factor.or(-1) == 0 || this.replication_factor.or(-1) < -1 => [ "field replication_factor must be -1 (broker default) or at least 1" ],
+  _ => [],
+}`).
+		Example("State cache of a kafka_eos output",
+			"A cache resource the kafka_eos output names in `state_cache`. The topic is created compacted on first use.",
+			`
+cache_resources:
+  - label: eos_state
+    kafka_state:
+      seed_brokers: [ "${KAFKA_BROKERS:localhost:9092}" ]
+      topic: connect_eos_state
+      replication_factor: 3
+`)
+}
+
+func init() {
+	if err := service.RegisterCache("kafka_state", Spec(), func(conf *service.ParsedConfig, mgr *service.Resources) (service.Cache, error) {
+		return newCacheFromParsed(conf, mgr)
+	}); err != nil {
+		panic(err)
+	}
+}
+
+// resourceKey is the key under which a kafka_state cache resource stores
+// itself in the stream's generic resource store (see Lookup).
+type resourceKey struct{ label string }
+
+// newCacheFromParsed builds the cache from its parsed config. It does not
+// contact the cluster: the topic is created or checked, and read, on first
+// use. A cache built as a labelled resource registers itself so that Lookup
+// can find it.
+func newCacheFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*Cache, error) {
+	conn, err := kafkaconf.FromParsed(conf)
+	if err != nil {
+		return nil, err
+	}
+	topic, err := conf.FieldString(ksFieldTopic)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := conf.FieldInt(ksFieldPartitions)
+	if err != nil {
+		return nil, err
+	}
+	rf, err := conf.FieldInt(ksFieldReplicationFactor)
+	if err != nil {
+		return nil, err
+	}
+	if parts < 1 || parts > 1<<20 {
+		return nil, fmt.Errorf("field %s: must be at least 1, got %d", ksFieldPartitions, parts)
+	}
+	if rf == 0 || rf < -1 || rf > 1<<14 {
+		return nil, fmt.Errorf("field %s: must be -1 (broker default) or at least 1, got %d", ksFieldReplicationFactor, rf)
+	}
+	cfg := Config{
+		Opts:              conn.Opts(),
+		Topic:             topic,
+		Partitions:        int32(parts),
+		ReplicationFactor: int16(rf),
+	}
+	if mgr != nil {
+		cfg.Logger = mgr.Logger()
+	}
+	c, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if mgr != nil && mgr.Label() != "" {
+		mgr.SetGeneric(resourceKey{mgr.Label()}, c)
+	}
+	return c, nil
+}
+
+// Lookup returns the kafka_state cache resource labelled label in the stream
+// of mgr, for the Go API Benthos's cache interface does not carry (Refresh,
+// Uncommitted, Topic): Resources.AccessCache hands out a wrapper that cannot
+// be type-asserted back to *Cache. It returns false when no kafka_state
+// resource has that label (another cache type, or none).
+func Lookup(mgr *service.Resources, label string) (*Cache, bool) {
+	v, ok := mgr.GetGeneric(resourceKey{label})
+	if !ok {
+		return nil, false
+	}
+	c, ok := v.(*Cache)
+	return c, ok && c != nil
+}
