@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# down.sh stops a broker started by up.sh and removes its state dir.
+#
+#   down.sh [--name NAME]   stop one broker (default name tv2, as up.sh)
+#   down.sh --tv N          same as --name tvN
+#   down.sh --all           stop every broker up.sh started (every state dir)
+#
+# Only the process recorded in the state dir is signalled, and only if it still is
+# that broker (its command line names the dir's server.properties): SIGTERM, up
+# to 30 s for a clean shutdown, then SIGKILL.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+NAME=tv2
+ALL=0
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--name) NAME=${2:?--name needs a value} && shift 2 ;;
+	--tv) NAME=tv${2:?--tv needs a value} && shift 2 ;;
+	--all) ALL=1 && shift ;;
+	*) die "unknown argument $1 (usage: down.sh [--name NAME | --tv N | --all])" ;;
+	esac
+done
+
+if [[ $ALL == 1 ]]; then
+	for dir in "$KAFKA_STATE_PREFIX"*; do
+		[[ -d $dir && -f $dir/server.properties ]] && stop_broker "$dir"
+	done
+	exit 0
+fi
+[[ $NAME =~ ^[A-Za-z0-9._-]+$ ]] || die "bad --name $NAME"
+dir=$(state_dir "$NAME")
+[[ -d $dir ]] || {
+	log "no broker named $NAME ($dir does not exist)"
+	exit 0
+}
+stop_broker "$dir"

@@ -1,0 +1,139 @@
+# Shared by up.sh, down.sh and tool.sh; source it, do not run it.
+#
+# Knobs (environment):
+#   KAFKA_VERSION     Apache Kafka release to resolve from Maven Central (default below).
+#   KAFKA_CACHE_DIR   where resolved jars live (default ${XDG_CACHE_HOME:-$HOME/.cache}/connect-eos).
+#   KAFKA_STATE_ROOT  parent of the per-broker state dirs (default ${TMPDIR:-/tmp}).
+#   JAVA              java binary to use (default: java on PATH, installed with apt-get if missing).
+
+KAFKA_VERSION=${KAFKA_VERSION:-4.3.1}
+KAFKA_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+KAFKA_CACHE_DIR=${KAFKA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/connect-eos}
+KAFKA_LIBS=$KAFKA_CACHE_DIR/kafka-$KAFKA_VERSION/libs
+KAFKA_STATE_ROOT=${KAFKA_STATE_ROOT:-${TMPDIR:-/tmp}}
+# Every state dir starts with this prefix; down.sh --all relies on it.
+KAFKA_STATE_PREFIX=$KAFKA_STATE_ROOT/connect-eos-kafka-
+
+log() { echo "kafka: $*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+state_dir() { echo "$KAFKA_STATE_PREFIX$1"; }
+
+# apt_install installs Debian packages; CI machines may start without Java or Maven.
+apt_install() {
+	local sudo=()
+	if [[ $(id -u) -ne 0 ]]; then
+		command -v sudo >/dev/null || die "need root or sudo to apt-get install $*"
+		sudo=(sudo)
+	fi
+	command -v apt-get >/dev/null || die "no apt-get; install $* yourself"
+	log "installing $* with apt-get"
+	"${sudo[@]}" apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+java_major() { "$1" -XshowSettings:properties -version 2>&1 | awk '/java.specification.version/ {print $3}'; }
+
+# ensure_java sets JAVA to a Java 17+ binary (Kafka 4 brokers refuse older ones).
+ensure_java() {
+	JAVA=${JAVA:-java}
+	if command -v "$JAVA" >/dev/null && [[ $(java_major "$JAVA") -ge 17 ]]; then
+		return
+	fi
+	apt_install openjdk-17-jre-headless
+	JAVA=$(ls -d /usr/lib/jvm/java-17-openjdk-*/bin/java 2>/dev/null | head -n 1)
+	[[ -x $JAVA ]] || die "no Java 17 after apt-get install"
+}
+
+# ensure_libs resolves the broker and tool jars once into KAFKA_LIBS. The copy goes
+# to a temporary dir and is renamed into place, so a half-finished resolve is never
+# mistaken for a cached one; a lock lets two up.sh runs start at the same time.
+ensure_libs() {
+	ensure_java
+	[[ -f $KAFKA_LIBS/.complete ]] && return
+	mkdir -p "$KAFKA_CACHE_DIR"
+	(
+		if command -v flock >/dev/null; then
+			exec 9>"$KAFKA_CACHE_DIR/.lock"
+			flock 9
+		fi
+		[[ -f $KAFKA_LIBS/.complete ]] && exit 0
+		command -v mvn >/dev/null || apt_install maven
+		local tmp
+		tmp=$(mktemp -d "$KAFKA_CACHE_DIR/resolve.XXXXXX")
+		log "resolving Apache Kafka $KAFKA_VERSION from Maven Central into $KAFKA_LIBS"
+		if ! JAVA_HOME=${JAVA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v "$JAVA")")")")} \
+			mvn -B -q -Dstyle.color=never -f "$KAFKA_DIR/pom.xml" \
+			-Dkafka.version="$KAFKA_VERSION" \
+			dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp/libs" \
+			>"$tmp/mvn.log" 2>&1; then
+			cat "$tmp/mvn.log" >&2
+			rm -rf "$tmp"
+			die "mvn could not resolve Kafka $KAFKA_VERSION"
+		fi
+		touch "$tmp/libs/.complete"
+		mkdir -p "$(dirname "$KAFKA_LIBS")"
+		rm -rf "$KAFKA_LIBS"
+		mv "$tmp/libs" "$KAFKA_LIBS"
+		rm -rf "$tmp"
+	)
+}
+
+# kafka_java runs a Kafka main class on the cached classpath. Tools log to stderr
+# only, so their stdout stays clean for data (ConsoleConsumer) and results.
+kafka_java() {
+	"$JAVA" ${KAFKA_TOOL_HEAP:--Xmx256m} -Djava.awt.headless=true \
+		-Dlog4j2.configurationFile="$KAFKA_DIR/log4j2-tools.properties" \
+		-cp "$KAFKA_LIBS/*" "$@"
+}
+
+# owned_pid prints the broker PID recorded in state dir $1 if that process is alive
+# and is the broker started with that dir's server.properties (guards against a
+# recycled PID); prints nothing otherwise.
+owned_pid() {
+	local dir=$1 pid cmd
+	[[ -f $dir/pid ]] || return 0
+	pid=$(<"$dir/pid")
+	[[ $pid =~ ^[0-9]+$ ]] || return 0
+	if [[ -r /proc/$pid/cmdline ]]; then
+		cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline")
+	else
+		cmd=$(ps -o args= -p "$pid" 2>/dev/null) || return 0
+	fi
+	[[ $cmd == *"$dir/server.properties"* ]] && echo "$pid"
+	return 0
+}
+
+# alive reports whether pid $1 runs (a zombie left for a reaper counts as gone).
+alive() {
+	kill -0 "$1" 2>/dev/null || return 1
+	[[ -r /proc/$1/stat ]] || return 0
+	[[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]
+}
+
+# stop_broker stops the broker of state dir $1 (SIGTERM, up to 30 s for a clean
+# shutdown, then SIGKILL) and removes the dir.
+stop_broker() {
+	local dir=$1 pid i
+	pid=$(owned_pid "$dir")
+	if [[ -n $pid ]]; then
+		log "stopping broker pid $pid ($dir)"
+		kill -TERM "$pid" 2>/dev/null || true
+		for ((i = 0; i < 300; i++)); do
+			alive "$pid" || break
+			sleep 0.1
+		done
+		if alive "$pid"; then
+			log "pid $pid ignored SIGTERM for 30 s, sending SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+			for ((i = 0; i < 100; i++)); do
+				alive "$pid" || break
+				sleep 0.1
+			done
+		fi
+	fi
+	rm -rf "$dir"
+}
