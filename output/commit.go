@@ -1,0 +1,413 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/Jeffail/shutdown"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// committer runs the commit sequence of every sealed epoch, one at a time and
+// in epoch order, so "EndTxn(N-1) succeeded before PREPARE of N" (step 3)
+// holds by construction. Epoch N+1 keeps producing on its own slot meanwhile.
+type committer struct {
+	o     *output
+	sig   *shutdown.Signaller
+	queue chan *epoch
+}
+
+func newCommitter(o *output) *committer {
+	return &committer{o: o, sig: shutdown.NewSignaller(), queue: make(chan *epoch, len(o.slots)+1)}
+}
+
+func (c *committer) run() {
+	defer c.sig.TriggerHasStopped()
+	ctx, cancel := c.sig.HardStopCtx(context.Background())
+	defer cancel()
+	for {
+		select {
+		case ep := <-c.queue:
+			c.o.commitEpoch(ctx, ep)
+		case <-c.sig.SoftStopChan():
+			return
+		}
+	}
+}
+
+// commitStep names the points of the commit sequence where tests inject a
+// crash.
+type commitStep int
+
+const (
+	stepProduced  commitStep = iota // records flushed, before PREPARE
+	stepPrepared                    // PREPARE durable, before EndTxn
+	stepEnded                       // EndTxn(commit) succeeded, before COMMITTED
+	stepCommitted                   // COMMITTED written, before the ack
+)
+
+// testHooks lets tests stop the output at a step as a crash would: a non-nil
+// error from atStep abandons everything (clients closed without ending their
+// transactions, waiters released with the error, nothing written).
+type testHooks struct {
+	atStep func(step commitStep, epoch uint64) error
+}
+
+func (o *output) hook(step commitStep, ep *epoch) bool {
+	if o.hooks == nil || o.hooks.atStep == nil {
+		return false
+	}
+	err := o.hooks.atStep(step, ep.n)
+	if err == nil {
+		return false
+	}
+	o.mu.Lock()
+	ep.ending = false
+	o.stopLocked(err, false)
+	for _, s := range o.slots {
+		s.cl.Close()
+	}
+	o.mu.Unlock()
+	o.finish(ep, err)
+	return true
+}
+
+// commitEpoch is the commit sequence of the brief for one epoch:
+//
+//  1. wait for every record to be handed to the client, Flush, and check
+//     every promise; the epoch aborts if one failed.
+//  3. EndTxn(N-1) already succeeded (the committer is sequential).
+//  4. PREPARE: the recovery identity goes to the state cache.
+//  5. EndTxn(commit), with franz-go (its request version follows the
+//     transaction version the client latched at BeginTransaction, the one
+//     PREPARE stored).
+//  6. COMMITTED to the cache; if that write fails the batches are acked
+//     anyway (Kafka is the truth) and the write is retried before the slot
+//     carries another epoch.
+//  7. ack.
+//
+// Failures before 5 abort this epoch and every later one (abortEpoch). At 5:
+// a definite refusal by the broker is a fence (ours: abort; a zombie's: fatal)
+// and anything else is an unknown outcome (resolveInDoubt): never nacked,
+// never aborted blindly.
+func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
+	start := time.Now()
+	o.mu.Lock()
+	stopped, cause := o.stopErr != nil, ep.cause
+	o.mu.Unlock()
+	if stopped {
+		return
+	}
+	// The coordinator aborts the transaction transaction_timeout after it
+	// began; abort it ourselves before that rather than be fenced.
+	deadline := ep.opened.Add(o.conf.txnTimeout - timeoutMargin(o.conf.txnTimeout))
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+
+	ep.producing.Wait()
+	if cause != nil {
+		o.abortEpoch(ctx, ep, cause, false)
+		return
+	}
+	if err := ep.slot.cl.Flush(dctx); err != nil {
+		o.abortEpoch(ctx, ep, fmt.Errorf("flush: %w (epoch older than transaction_timeout minus margin?)", err), false)
+		return
+	}
+	if err := ep.failure(); err != nil {
+		o.abortEpoch(ctx, ep, err, false)
+		return
+	}
+	ep.advance(txnstate.PhaseFlushed)
+	if o.hook(stepProduced, ep) {
+		return
+	}
+
+	pid, pepoch, err := ep.slot.cl.ProducerID(dctx)
+	if err != nil {
+		o.abortEpoch(ctx, ep, fmt.Errorf("producer id: %w", err), false)
+		return
+	}
+	rec := txnstate.Record{
+		Format:          txnstate.FormatVersion,
+		TransactionalID: ep.slot.id,
+		Epoch:           ep.n,
+		ProducerID:      pid,
+		ProducerEpoch:   pepoch,
+		TxnVersion:      ep.slot.tv,
+		State:           txnstate.Prepared,
+		Partitions:      ep.partitions(),
+	}
+	pctx, pcancel := context.WithTimeout(dctx, o.conf.commitBudget)
+	err = o.store.writeSlot(pctx, ep.slot.n, rec)
+	pcancel()
+	if err != nil {
+		// The write may have landed: record the abort before reusing
+		// the slot.
+		o.abortEpoch(ctx, ep, fmt.Errorf("prepare: %w", err), true, rec)
+		return
+	}
+	ep.advance(txnstate.PhasePrepared)
+	if o.hook(stepPrepared, ep) {
+		return
+	}
+
+	o.mu.Lock()
+	if o.stopErr != nil {
+		o.mu.Unlock()
+		return
+	}
+	ep.ending = true
+	o.mu.Unlock()
+	ep.advance(txnstate.PhaseEnding)
+	ectx, ecancel := context.WithTimeout(ctx, o.conf.commitBudget)
+	err = ep.slot.cl.EndTransaction(ectx, kgo.TryCommit)
+	ecancel()
+	switch {
+	case err == nil:
+	case isAuthErr(err):
+		o.stopInDoubt(ep, rec, fmt.Errorf("end transaction: %w", err))
+		return
+	case isDefinite(err) && isFenceErr(err):
+		if !o.handleFence(ctx, ep, rec, err) {
+			return
+		}
+	default:
+		if !o.resolveInDoubt(ctx, ep, rec, err) {
+			return
+		}
+	}
+	ep.advance(txnstate.PhaseCommitted)
+	if o.hook(stepEnded, ep) {
+		return
+	}
+	o.checkTxnVersion(ctx, ep.slot, rec)
+	o.m.committed.Incr(1)
+	o.m.commitLatency.Timing(since(start))
+	o.m.records.Incr(int64(ep.records))
+	o.m.bytes.Incr(int64(ep.bytes))
+
+	committed := rec.WithState(txnstate.Committed, "")
+	wctx, wcancel := context.WithTimeout(ctx, o.conf.commitBudget)
+	err = o.store.writeSlot(wctx, ep.slot.n, committed)
+	wcancel()
+	if err == nil && o.hook(stepCommitted, ep) {
+		return
+	}
+	o.mu.Lock()
+	ep.ending = false
+	o.finishLocked(ep, nil)
+	o.mu.Unlock()
+	if err != nil {
+		o.log.Warnf("kafka_eos: epoch %d committed, writing COMMITTED failed (retrying before %q carries another epoch): %v", ep.n, ep.slot.id, err)
+		if !o.writeRetry(ctx, ep.slot.n, committed) {
+			return
+		}
+	}
+	o.m.buffered.Set(o.bufferedBytes())
+	o.releaseSlot(ep.slot)
+}
+
+// writeRetry writes a final state until it lands or the output stops; the
+// slot stays busy meanwhile (the slot invariant of txnstate).
+func (o *output) writeRetry(ctx context.Context, n int, r txnstate.Record) bool {
+	backoff := 100 * time.Millisecond
+	for {
+		wctx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
+		err := o.store.writeSlot(wctx, n, r)
+		cancel()
+		if err == nil {
+			return true
+		}
+		o.log.Warnf("kafka_eos: writing %s of epoch %d: %v", r.State, r.Epoch, err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return false
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// checkTxnVersion compares the producer epoch after a commit with the stored
+// transaction version: under TV2 EndTxn bumps it. A mismatch means the version
+// changed under us (a cluster upgrade); later PREPAREs use what was observed.
+func (o *output) checkTxnVersion(ctx context.Context, s *slot, rec txnstate.Record) {
+	pid, e, err := s.cl.ProducerID(ctx)
+	if err != nil {
+		return
+	}
+	seen := txnstate.TV0
+	if pid != rec.ProducerID || e != rec.ProducerEpoch {
+		seen = txnstate.TV2
+	}
+	if seen != s.tv {
+		o.log.Warnf("kafka_eos: %q committed epoch %d under transaction version %d, stored %d; using %d from now on", s.id, rec.Epoch, seen, s.tv, seen)
+		s.tv = seen
+	}
+}
+
+// abortEpoch aborts an epoch before its EndTxn(commit): its batches are
+// nacked and every later epoch aborts too. With prepared, ABORTED is written
+// (retried) before the slot carries another epoch.
+func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepared bool, rec ...txnstate.Record) {
+	if isAuthErr(cause) {
+		o.stop(fmt.Errorf("kafka_eos: %q: %w", ep.slot.id, cause), true)
+		return
+	}
+	o.poisonAfter(ep.n, cause)
+	s := ep.slot
+	actx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
+	defer cancel()
+	if err := s.cl.AbortBufferedRecords(actx); err != nil {
+		s.broken = true
+	}
+	if err := s.cl.EndTransaction(actx, kgo.TryAbort); err != nil {
+		o.log.Warnf("kafka_eos: aborting epoch %d on %q: %v", ep.n, s.id, err)
+		if isFenceErr(err) {
+			pid, pe, _ := s.cl.ProducerID(actx)
+			if o.fenceKind(actx, s, pid, pe) == txnstate.FenceZombie {
+				o.zombie(s, err)
+				return
+			}
+		}
+		s.broken = true
+	}
+	ep.advance(txnstate.PhaseAborted)
+	o.m.aborted.Incr(1)
+	o.log.Warnf("kafka_eos: epoch %d aborted, its %d batches nacked: %v", ep.n, len(ep.batches), cause)
+	o.finish(ep, &EpochError{Epoch: ep.n, Cause: cause})
+	if prepared && len(rec) > 0 {
+		if !o.writeRetry(ctx, s.n, rec[0].WithState(txnstate.Aborted, cause.Error())) {
+			return
+		}
+	}
+	o.rewarm(ctx, s)
+	o.releaseSlot(s)
+}
+
+// rewarm replaces a broken slot's client with a fresh, initialised one.
+func (o *output) rewarm(ctx context.Context, s *slot) {
+	if !s.broken {
+		return
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		cl, err := o.newSlotClient(ctx, s.id)
+		if err == nil {
+			s.cl.Close()
+			o.mu.Lock()
+			s.cl, s.broken = cl, false
+			o.mu.Unlock()
+			return
+		}
+		if isAuthErr(err) || isFenceErr(err) {
+			o.stop(err, true)
+			return
+		}
+		o.log.Warnf("kafka_eos: re-initialising %q: %v", s.id, err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// fenceKind asks DescribeTransactions whether a fence was another producer's.
+func (o *output) fenceKind(ctx context.Context, s *slot, pid int64, e int16) txnstate.FenceKind {
+	obs, err := o.describe(ctx, s.id)
+	if err != nil {
+		o.log.Warnf("kafka_eos: describing %q after a fence: %v", s.id, err)
+		return txnstate.FenceZombie
+	}
+	return txnstate.ClassifyFence(pid, e, s.tv, obs)
+}
+
+func (o *output) zombie(s *slot, err error) {
+	o.m.fenced.Incr(1)
+	o.stop(&FencedError{TransactionalID: s.id, Err: err}, true)
+}
+
+// handleFence handles a definite refusal of EndTxn(commit) (PRODUCER_FENCED,
+// INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, ...): the commit was not
+// applied. Another producer's fence is fatal; our own transaction timing out
+// aborts the epoch like any failure before the commit. It returns true only
+// if the broker shows the epoch committed after all.
+func (o *output) handleFence(ctx context.Context, ep *epoch, rec txnstate.Record, err error) bool {
+	s := ep.slot
+	obs, derr := o.describe(ctx, s.id)
+	if derr == nil && txnstate.Decide(rec, obs) == txnstate.FoundCommitted {
+		return true
+	}
+	if derr != nil || txnstate.ClassifyFence(rec.ProducerID, rec.ProducerEpoch, rec.TxnVersion, obs) == txnstate.FenceZombie {
+		o.mu.Lock()
+		ep.ending = false
+		o.mu.Unlock()
+		o.zombie(s, err)
+		return false
+	}
+	o.log.Warnf("kafka_eos: epoch %d on %q was aborted by the coordinator (%v, %v): not a zombie; aborting and re-initialising", ep.n, s.id, err, obs)
+	s.broken = true
+	o.mu.Lock()
+	ep.ending = false
+	o.mu.Unlock()
+	o.abortEpoch(ctx, ep, fmt.Errorf("transaction aborted by the coordinator (timed out?): %w", err), true, rec)
+	return false
+}
+
+// resolveInDoubt handles an unknown EndTxn(commit) outcome (timeout,
+// transport error, UNKNOWN_SERVER_ERROR, a cancelled context): franz-go
+// refuses to retry a commit and its TryAbort would re-run InitProducerID, yet
+// the commit may have happened. So: a raw EndTxn(commit) with the same
+// producer id and epoch, pinned to the stored transaction version (NONE means
+// committed); then DescribeTransactions; if still unknown, stop with a clear
+// error and let the next start resolve it. It returns true if committed.
+func (o *output) resolveInDoubt(ctx context.Context, ep *epoch, rec txnstate.Record, cause error) bool {
+	ep.advance(txnstate.PhaseInDoubt)
+	s := ep.slot
+	s.broken = true // the client failed its producer id; never reuse it
+	o.log.Warnf("kafka_eos: EndTxn(commit) of epoch %d on %q: outcome unknown (%v); retrying with the same producer id and epoch", ep.n, s.id, cause)
+	rctx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
+	defer cancel()
+	res, rerr := o.rawEndTxn(rctx, rec)
+	out := txnstate.RetryOutcome(res)
+	if out == txnstate.Unknown {
+		if obs, err := o.describe(rctx, s.id); err == nil {
+			out = txnstate.Decide(rec, obs)
+			o.log.Infof("kafka_eos: epoch %d on %q: broker says %v: %v", ep.n, s.id, obs, out)
+		}
+	}
+	switch out {
+	case txnstate.FoundCommitted:
+		o.m.inDoubt.Incr(1, outcomeResumed)
+		return true
+	case txnstate.FoundAborted:
+		o.m.inDoubt.Incr(1, outcomeFoundAborted)
+		o.mu.Lock()
+		ep.ending = false
+		o.mu.Unlock()
+		o.abortEpoch(ctx, ep, fmt.Errorf("commit found aborted after an unknown outcome: %w", cause), true, rec)
+		return false
+	}
+	o.stopInDoubt(ep, rec, fmt.Errorf("end transaction: %w; retry: %v", cause, rerr))
+	return false
+}
+
+// stopInDoubt stops the pipeline, holding the epoch's batches (never acked,
+// never nacked before Close).
+func (o *output) stopInDoubt(ep *epoch, rec txnstate.Record, err error) {
+	ide := &InDoubtError{TransactionalID: rec.TransactionalID, Epoch: rec.Epoch, ProducerID: rec.ProducerID, ProducerEpoch: rec.ProducerEpoch, Detail: err.Error()}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ep.held = true
+	ep.ending = false
+	ferr := o.stopLocked(fmt.Errorf("%w", ide), true)
+	o.finishLocked(ep, ferr)
+}
+
+var errCrash = errors.New("kafka_eos: test crash")

@@ -1,0 +1,209 @@
+package output
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// config is a parsed kafka_eos block.
+type config struct {
+	conn            *kafkaconf.Conn
+	topic           *service.InterpolatedString
+	key             *service.InterpolatedString // nil: null keys
+	partitioner     string
+	partition       *service.InterpolatedString // manual only
+	metadata        *service.MetadataFilter     // nil: no headers
+	compression     string
+	maxMessageBytes int
+	transactionalID string
+	poolSize        int
+	txnTimeout      time.Duration
+	commitBudget    time.Duration
+	epochMaxRecords int
+	epochMaxBytes   int
+	epochInterval   time.Duration
+	stateCache      string
+	maxBuffered     int
+	maxInFlight     int
+	batching        service.BatchPolicy
+	override        txnstate.Override
+	mode            txnstate.Mode
+}
+
+// ErrConfig is wrapped by every configuration error; the message names the
+// field.
+var ErrConfig = errors.New("kafka_eos: invalid config")
+
+func fieldErr(field string, err error) error {
+	return fmt.Errorf("%w: field %s: %v", ErrConfig, field, err)
+}
+
+// timeoutMargin is kept free in the transaction timeout for clock and network
+// slack (10%, as the lint rule).
+func timeoutMargin(timeout time.Duration) time.Duration { return timeout / 10 }
+
+func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*config, error) {
+	c := &config{mode: txnstate.Plain}
+	var err error
+	if c.conn, err = kafkaconf.FromParsed(conf); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if c.topic, err = conf.FieldInterpolatedString(keoFieldTopic); err != nil {
+		return nil, fieldErr(keoFieldTopic, err)
+	}
+	if conf.Contains(keoFieldKey) {
+		if c.key, err = conf.FieldInterpolatedString(keoFieldKey); err != nil {
+			return nil, fieldErr(keoFieldKey, err)
+		}
+	}
+	if c.partitioner, err = conf.FieldString(keoFieldPartitioner); err != nil {
+		return nil, fieldErr(keoFieldPartitioner, err)
+	}
+	if conf.Contains(keoFieldPartition) {
+		if c.partition, err = conf.FieldInterpolatedString(keoFieldPartition); err != nil {
+			return nil, fieldErr(keoFieldPartition, err)
+		}
+	}
+	switch {
+	case c.partitioner == keoPartitionerManual && c.partition == nil:
+		return nil, fieldErr(keoFieldPartition, errors.New("required when partitioner is manual"))
+	case c.partitioner != keoPartitionerManual && c.partition != nil:
+		return nil, fieldErr(keoFieldPartition, errors.New("only used when partitioner is manual"))
+	}
+	if conf.Contains(keoFieldMetadata) {
+		if c.metadata, err = conf.FieldMetadataFilter(keoFieldMetadata); err != nil {
+			return nil, fieldErr(keoFieldMetadata, err)
+		}
+	}
+	if c.compression, err = conf.FieldString(keoFieldCompression); err != nil {
+		return nil, fieldErr(keoFieldCompression, err)
+	}
+	if c.maxMessageBytes, err = conf.FieldInt(keoFieldMaxMessageBytes); err != nil {
+		return nil, fieldErr(keoFieldMaxMessageBytes, err)
+	}
+	if c.maxMessageBytes < 1 || c.maxMessageBytes > math.MaxInt32 {
+		return nil, fieldErr(keoFieldMaxMessageBytes, fmt.Errorf("%d out of range", c.maxMessageBytes))
+	}
+	if c.transactionalID, err = conf.FieldString(keoFieldTransactionalID); err != nil {
+		return nil, fieldErr(keoFieldTransactionalID, err)
+	}
+	if c.transactionalID == "" {
+		return nil, fieldErr(keoFieldTransactionalID, errors.New("must not be empty"))
+	}
+	if c.poolSize, err = conf.FieldInt(keoFieldPoolSize); err != nil {
+		return nil, fieldErr(keoFieldPoolSize, err)
+	}
+	if c.poolSize < txnstate.MinPoolSize {
+		return nil, fieldErr(keoFieldPoolSize, fmt.Errorf("must be at least %d, got %d", txnstate.MinPoolSize, c.poolSize))
+	}
+	if c.txnTimeout, err = conf.FieldDuration(keoFieldTxnTimeout); err != nil {
+		return nil, fieldErr(keoFieldTxnTimeout, err)
+	}
+	if c.commitBudget, err = conf.FieldDuration(keoFieldCommitBudget); err != nil {
+		return nil, fieldErr(keoFieldCommitBudget, err)
+	}
+	ep := conf.Namespace(keoFieldEpoch)
+	if c.epochMaxRecords, err = ep.FieldInt(keoFieldEpochMaxRecords); err != nil {
+		return nil, fieldErr("epoch."+keoFieldEpochMaxRecords, err)
+	}
+	if c.epochMaxBytes, err = ep.FieldInt(keoFieldEpochMaxBytes); err != nil {
+		return nil, fieldErr("epoch."+keoFieldEpochMaxBytes, err)
+	}
+	if c.epochInterval, err = ep.FieldDuration(keoFieldEpochInterval); err != nil {
+		return nil, fieldErr("epoch."+keoFieldEpochInterval, err)
+	}
+	if c.epochInterval <= 0 {
+		return nil, fieldErr("epoch."+keoFieldEpochInterval, errors.New("must be positive"))
+	}
+	if err := txnstate.CheckTiming(c.epochInterval, c.commitBudget, c.txnTimeout, timeoutMargin(c.txnTimeout)); err != nil {
+		return nil, fieldErr("epoch."+keoFieldEpochInterval, err)
+	}
+	if c.stateCache, err = conf.FieldString(keoFieldStateCache); err != nil {
+		return nil, fieldErr(keoFieldStateCache, err)
+	}
+	if !mgr.HasCache(c.stateCache) {
+		return nil, fieldErr(keoFieldStateCache, fmt.Errorf("cache resource %q not found", c.stateCache))
+	}
+	if c.maxBuffered, err = conf.FieldInt(keoFieldMaxBufferedBytes); err != nil {
+		return nil, fieldErr(keoFieldMaxBufferedBytes, err)
+	}
+	if c.maxBuffered < c.maxMessageBytes {
+		return nil, fieldErr(keoFieldMaxBufferedBytes, fmt.Errorf("%d is below max_message_bytes %d", c.maxBuffered, c.maxMessageBytes))
+	}
+	if c.maxInFlight, err = conf.FieldInt(keoFieldMaxInFlight); err != nil {
+		return nil, fieldErr(keoFieldMaxInFlight, err)
+	}
+	if c.maxInFlight < 1 {
+		return nil, fieldErr(keoFieldMaxInFlight, errors.New("must be at least 1"))
+	}
+	ov, err := conf.FieldString(keoFieldRecoveryOverride)
+	if err != nil {
+		return nil, fieldErr(keoFieldRecoveryOverride, err)
+	}
+	switch ov {
+	case keoOverrideForceCommitted:
+		c.override = txnstate.ForceCommitted
+	case keoOverrideForceAborted:
+		c.override = txnstate.ForceAborted
+	}
+	if c.batching, err = conf.FieldBatchPolicy(keoFieldBatching); err != nil {
+		return nil, fieldErr(keoFieldBatching, err)
+	}
+	return c, nil
+}
+
+// producerOpts are the options of every slot client, beside the connection
+// and the transactional id.
+func (c *config) producerOpts() []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.TransactionTimeout(c.txnTimeout),
+		// The byte budget is the only bound (brief, I7): franz-go's
+		// default 50,000-record cap would stall small records long
+		// before the budget.
+		kgo.MaxBufferedRecords(math.MaxInt32),
+		kgo.MaxBufferedBytes(c.maxBuffered),
+		kgo.ProducerBatchMaxBytes(int32(c.maxMessageBytes)),
+		// Records go out as soon as a connection is free (no linger), the
+		// franz-go default, stated so nobody "tunes" it into the boundary.
+		kgo.ProducerLinger(0),
+		// A topic that does not exist fails its records after a few
+		// metadata refreshes instead of stalling the epoch until the
+		// transaction times out.
+		kgo.UnknownTopicRetries(3),
+		kgo.RecordDeliveryTimeout(c.commitBudget),
+	}
+	switch c.partitioner {
+	case keoPartitionerManual:
+		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	case keoPartitionerRoundRobin:
+		opts = append(opts, kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	default:
+		// The Java client's default since 3.3 (KIP-794): murmur2 of the
+		// key masked to 31 bits mod partitions for keyed records
+		// (KafkaHasher(murmur2), the nil hasher), sticky uniform batches
+		// for unkeyed ones. StickyKeyPartitioner(nil) hashes keys the same
+		// way but does not balance unkeyed records by bytes.
+		opts = append(opts, kgo.RecordPartitioner(kgo.UniformBytesPartitioner(64<<10, true, true, nil)))
+	}
+	switch c.compression {
+	case "gzip":
+		opts = append(opts, kgo.ProducerBatchCompression(kgo.GzipCompression()))
+	case "snappy":
+		opts = append(opts, kgo.ProducerBatchCompression(kgo.SnappyCompression()))
+	case "lz4":
+		opts = append(opts, kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+	case "zstd":
+		opts = append(opts, kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	default:
+		opts = append(opts, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	}
+	return opts
+}

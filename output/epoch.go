@@ -1,0 +1,177 @@
+package output
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// batchRef is one WriteBatch call's batch inside an epoch.
+type batchRef struct {
+	batch service.MessageBatch
+	recs  []*kgo.Record // recs[i] is message i
+	errs  map[int]error // guarded by epoch.mu: per-message produce failures
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// epoch is one Kafka transaction holding whole batches, carried by one slot.
+// Its lifecycle is txnstate.Phase; the committer is the only goroutine that
+// moves it past Sealed.
+type epoch struct {
+	n      uint64
+	slot   *slot
+	opened time.Time
+
+	// Guarded by output.mu.
+	batches []*batchRef
+	records int
+	bytes   int
+	sealed  bool
+	timer   *time.Timer
+	// cause, when set before the committer reaches the epoch, aborts it: an
+	// earlier epoch failed (cascade, invariant I5) or the output stops.
+	cause error
+	// ending is set by the committer just before EndTxn(commit): from then
+	// on only the committer settles the epoch (never nacked blindly).
+	ending bool
+
+	// producing counts WriteBatch calls still handing records to the
+	// client; the committer waits for it before Flush, so a flush covers
+	// every record of the epoch.
+	producing sync.WaitGroup
+
+	mu       sync.Mutex // guards the fields the promises write
+	parts    map[topicPartition]txnstate.PartitionWrite
+	failed   bool
+	firstErr error
+
+	phase  txnstate.Phase // committer only
+	done   chan struct{}
+	result error // set before done is closed
+	// held is set for an in-doubt epoch: its batches are never nacked nor
+	// acked; the waiters are released only by Close.
+	held bool
+}
+
+func newEpoch(n uint64, s *slot) *epoch {
+	return &epoch{
+		n:      n,
+		slot:   s,
+		opened: time.Now(),
+		parts:  make(map[topicPartition]txnstate.PartitionWrite),
+		done:   make(chan struct{}),
+	}
+}
+
+// advance moves the epoch to phase to; an illegal move is a bug.
+func (ep *epoch) advance(to txnstate.Phase) {
+	next, err := ep.phase.Next(to)
+	if err != nil {
+		panic(fmt.Sprintf("kafka_eos: epoch %d: %v", ep.n, err))
+	}
+	ep.phase = next
+}
+
+// promise returns the produce promise of message i of ref. It records the
+// first offset and producer id per partition (the recovery identity) or the
+// failure, naming the topic, partition and size.
+func (ep *epoch) promise(ref *batchRef, i int) func(*kgo.Record, error) {
+	return func(r *kgo.Record, err error) {
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		if err != nil {
+			rerr := &RecordError{Topic: r.Topic, Partition: r.Partition, Size: recordSize(r), Err: err}
+			if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, kerr.InvalidRecord) && !errors.Is(err, kerr.RecordListTooLarge) {
+				// Not this message's fault: the epoch fails, but the
+				// message is not blamed on its own.
+				if !ep.failed {
+					ep.failed, ep.firstErr = true, err
+				}
+				return
+			}
+			if ref.errs == nil {
+				ref.errs = make(map[int]error)
+			}
+			ref.errs[i] = rerr
+			if !ep.failed {
+				ep.failed, ep.firstErr = true, rerr
+			}
+			return
+		}
+		tp := topicPartition{r.Topic, r.Partition}
+		if w, ok := ep.parts[tp]; !ok || r.Offset < w.FirstOffset {
+			ep.parts[tp] = txnstate.PartitionWrite{Topic: r.Topic, Partition: r.Partition, FirstOffset: r.Offset, ProducerID: r.ProducerID}
+		}
+	}
+}
+
+func recordSize(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// partitions returns the partitions written, for the PREPARE record.
+func (ep *epoch) partitions() []txnstate.PartitionWrite {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	out := make([]txnstate.PartitionWrite, 0, len(ep.parts))
+	for _, w := range ep.parts {
+		out = append(out, w)
+	}
+	return out
+}
+
+// failure returns the first record failure, if any.
+func (ep *epoch) failure() error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.failed {
+		return ep.firstErr
+	}
+	return nil
+}
+
+// errFor is what WriteBatch returns for ref once the epoch aborted with
+// cause. A batch holding the faulty message gets a BatchError blaming that
+// message with its own error and every other message with the epoch's abort
+// (none of them may be acked: the transaction is gone); other batches get the
+// epoch error.
+func (ep *epoch) errFor(ref *batchRef, cause error) error {
+	eerr := &EpochError{Epoch: ep.n, Cause: cause}
+	ep.mu.Lock()
+	errs := ref.errs
+	ep.mu.Unlock()
+	if len(errs) == 0 {
+		return eerr
+	}
+	var headline error
+	for i := range ref.batch {
+		if e, ok := errs[i]; ok {
+			headline = e
+			break
+		}
+	}
+	berr := service.NewBatchError(ref.batch, fmt.Errorf("%w: %w", eerr, headline))
+	for i := range ref.batch {
+		if e, ok := errs[i]; ok {
+			berr = berr.Failed(i, e)
+		} else {
+			berr = berr.Failed(i, eerr)
+		}
+	}
+	return berr
+}

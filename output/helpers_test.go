@@ -1,0 +1,150 @@
+package output
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+const testTopic = "out"
+
+// newCluster starts a one-broker kfake cluster with testTopic (3 partitions)
+// created explicitly: transactional produce to auto-created topics fails.
+func newCluster(t testing.TB, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(3, testTopic)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// newResources returns mock resources with a memory cache "state"; share it
+// between output instances to model a restart with a durable cache.
+func newResources() *service.Resources {
+	return service.MockResources(service.MockResourcesOptAddCache("state"))
+}
+
+func parse(t testing.TB, yaml string) *service.ParsedConfig {
+	t.Helper()
+	pc, err := Spec().ParseYAML(yaml, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
+
+func baseYAML(brokers []string, txnID string, extra string) string {
+	return fmt.Sprintf(`
+seed_brokers: [ %s ]
+topic: %s
+key: ${! meta("key") }
+transactional_id: %s
+state_cache: state
+transaction_timeout: 30s
+commit_timeout: 5s
+epoch:
+  interval: 50ms
+%s`, strings.Join(brokers, ","), testTopic, txnID, extra)
+}
+
+// newTestOutput builds and connects an output on res.
+func newTestOutput(t testing.TB, res *service.Resources, yaml string) *output {
+	t.Helper()
+	o := newUnconnected(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := o.Connect(ctx); err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	return o
+}
+
+func newUnconnected(t testing.TB, res *service.Resources, yaml string) *output {
+	t.Helper()
+	o, err := newOutputFromParsed(parse(t, yaml), res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = o.Close(ctx)
+	})
+	return o
+}
+
+func batchOf(prefix string, n int) service.MessageBatch {
+	b := make(service.MessageBatch, n)
+	for i := range b {
+		m := service.NewMessage([]byte(fmt.Sprintf("%s-%d", prefix, i)))
+		m.MetaSetMut("key", fmt.Sprintf("k%d", i))
+		b[i] = m
+	}
+	return b
+}
+
+// readCommitted returns every value a read_committed consumer sees in topic,
+// waiting until the partitions' ends are reached.
+func readCommitted(t testing.TB, brokers []string, topic string) []string {
+	t.Helper()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []string
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, string(r.Value)) })
+	}
+	return out
+}
+
+// wait polls cond until it holds or d passes.
+func wait(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func slotRecord(t testing.TB, o *output, n int) (txnstate.Record, bool) {
+	t.Helper()
+	r, ok, err := o.store.readSlot(context.Background(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, ok
+}
+
+func mustInterp(t testing.TB, s string) *service.InterpolatedString {
+	t.Helper()
+	is, err := service.NewInterpolatedString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return is
+}

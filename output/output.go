@@ -1,0 +1,520 @@
+// Package output is the kafka_eos Benthos output: Kafka transactions
+// ("epochs") spanning whole batches, on a pool of pre-warmed transactional
+// producers, with crash recovery from a state cache. The protocol is the one
+// of shared/design/eos-output.md; txnstate holds its pure decisions and this
+// package adapts them to Benthos and franz-go.
+//
+// Files: spec.go and config.go (the YAML surface), output.go (the Benthos
+// methods and the epoch boundaries), slot.go (the producer pool),
+// epoch.go (one transaction), commit.go (the commit sequence and its failure
+// paths), recovery.go (recovery at Connect), probe.go (the raw requests:
+// DescribeTransactions, the Fetch probe, the pinned EndTxn), statecache.go
+// (the cache key layout), metrics.go, errors.go.
+package output
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/internal/fatal"
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+type output struct {
+	conf  *config
+	res   *service.Resources
+	log   *service.Logger
+	m     *metrics
+	store *stateStore
+
+	// clientOpts are appended to every client's options (tests: a logger,
+	// kfake versions).
+	clientOpts []kgo.Opt
+	// hooks, if set, are called at each step of the commit sequence (tests
+	// inject crashes there).
+	hooks *testHooks
+
+	admin     *kgo.Client // non-transactional: kadm and raw requests
+	clusterTV txnstate.TxnVersion
+	committer *committer
+	runCtx    context.Context // cancelled at Close
+	runCancel context.CancelFunc
+	closedCh  chan struct{}
+
+	mu        sync.Mutex
+	connected bool
+	slots     []*slot
+	nextEpoch uint64
+	open      *epoch   // the epoch accepting batches, nil if none
+	live      []*epoch // every unfinished epoch, in epoch order
+	inFlight  int      // batches in live epochs
+	stopErr   error    // set once the output stops (fatal, crash, close)
+	closing   bool
+}
+
+func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*output, error) {
+	c, err := configFromParsed(conf, res)
+	if err != nil {
+		return nil, err
+	}
+	return &output{
+		conf:     c,
+		res:      res,
+		log:      res.Logger(),
+		m:        newMetrics(res.Metrics()),
+		store:    &stateStore{res: res, cache: c.stateCache, prefix: c.transactionalID},
+		closedCh: make(chan struct{}),
+	}, nil
+}
+
+// Connect recovers in-doubt epochs from the state cache, then initialises
+// every slot (pre-warming the pool) and aborts lingering transactions of
+// orphaned slots. Nothing is produced before it returns nil.
+func (o *output) Connect(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.connected {
+		return nil
+	}
+	if o.stopErr != nil {
+		return o.stopErr
+	}
+	if o.admin == nil {
+		admin, err := kgo.NewClient(append(o.conf.conn.Opts(), o.clientOpts...)...)
+		if err != nil {
+			return err
+		}
+		o.admin = admin
+	}
+	tv, err := o.clusterTxnVersion(ctx)
+	if err != nil {
+		return err
+	}
+	o.clusterTV = tv
+	rec, err := o.recover(ctx)
+	if err != nil {
+		var ide *InDoubtError
+		if errors.As(err, &ide) {
+			o.log.Errorf("%v", err)
+		}
+		return err
+	}
+	slots := make([]*slot, o.conf.poolSize)
+	for n := range slots {
+		id := txnstate.SlotID(o.conf.transactionalID, n)
+		cl, err := o.newSlotClient(ctx, id)
+		if err != nil {
+			for _, s := range slots[:n] {
+				s.cl.Close()
+			}
+			return o.classifyConnectErr(err)
+		}
+		slots[n] = &slot{n: n, id: id, cl: cl, tv: tv, freeCh: make(chan struct{})}
+	}
+	if err := o.abortOrphans(ctx, rec); err != nil {
+		for _, s := range slots {
+			s.cl.Close()
+		}
+		return err
+	}
+	o.slots = slots
+	o.nextEpoch = rec.nextEpoch
+	o.runCtx, o.runCancel = context.WithCancel(context.Background())
+	o.committer = newCommitter(o)
+	go o.committer.run()
+	o.connected = true
+	o.log.Infof("kafka_eos: %d slots of %q ready (transaction version %d), next epoch %d", len(slots), o.conf.transactionalID, tv, o.nextEpoch)
+	return nil
+}
+
+// classifyConnectErr makes authentication and authorization failures fatal.
+func (o *output) classifyConnectErr(err error) error {
+	if isAuthErr(err) {
+		return fatal.Raise(err)
+	}
+	return err
+}
+
+// WriteBatch adds the batch to the open epoch (opening one on the next slot
+// if needed), produces its records and returns once the epoch committed (nil)
+// or aborted (the batch is nacked). A batch is never split across epochs.
+func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	recs, err := o.toRecords(batch)
+	if err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return nil // nothing to commit: an empty epoch is never committed
+	}
+	size := 0
+	for _, r := range recs {
+		size += recordSize(r)
+	}
+
+	o.mu.Lock()
+	ep, err := o.joinLocked(ctx)
+	if err != nil {
+		o.mu.Unlock()
+		return err
+	}
+	ref := &batchRef{batch: batch, recs: recs}
+	ep.batches = append(ep.batches, ref)
+	ep.records += len(recs)
+	ep.bytes += size
+	o.inFlight++
+	ep.producing.Add(1)
+	if o.shouldSealLocked(ep) {
+		o.sealLocked(ep)
+	}
+	o.mu.Unlock()
+
+	// Records are produced on the output's run context, not the caller's:
+	// they belong to the epoch, which other batches share.
+	for i, r := range recs {
+		ep.slot.cl.Produce(o.runCtx, r, ep.promise(ref, i))
+	}
+	ep.producing.Done()
+	o.m.buffered.Set(o.bufferedBytes())
+
+	select {
+	case <-ep.done:
+	case <-ctx.Done():
+		// Benthos gave up on the batch (shutdown). It may still commit;
+		// a nack then only means a replay (at-least-once), never a loss.
+		return ctx.Err()
+	}
+	if ep.held {
+		// In doubt: never nacked, never acked; wait for Close.
+		select {
+		case <-o.closedCh:
+		case <-ctx.Done():
+		}
+		return ep.result
+	}
+	if ep.result == nil {
+		return nil
+	}
+	if errors.Is(ep.result, ErrEpochAborted) {
+		var ee *EpochError
+		if errors.As(ep.result, &ee) {
+			return ep.errFor(ref, ee.Cause)
+		}
+	}
+	return ep.result
+}
+
+// joinLocked returns the open epoch, opening one on the next epoch's slot if
+// there is none. If that slot still carries an earlier epoch it waits (the
+// epoch-boundary stall, measured): with a pool of 2 that happens only when
+// epoch N+1 fills up before N committed.
+func (o *output) joinLocked(ctx context.Context) (*epoch, error) {
+	var stallStart time.Time
+	for {
+		if o.stopErr != nil {
+			return nil, o.stopErr
+		}
+		if !o.connected {
+			return nil, service.ErrNotConnected
+		}
+		if o.open != nil {
+			return o.open, nil
+		}
+		s := o.slots[txnstate.SlotFor(o.nextEpoch, len(o.slots))]
+		if s.busy {
+			if stallStart.IsZero() {
+				stallStart = time.Now()
+			}
+			ch := s.freeCh
+			o.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				o.mu.Lock()
+				return nil, ctx.Err()
+			case <-o.closedCh:
+			}
+			o.mu.Lock()
+			continue
+		}
+		if !stallStart.IsZero() {
+			o.m.stall.Timing(since(stallStart))
+		} else {
+			o.m.stall.Timing(0)
+		}
+		if err := s.cl.BeginTransaction(); err != nil {
+			return nil, o.stopLocked(fmt.Errorf("kafka_eos: begin transaction on %q: %w", s.id, err), true)
+		}
+		ep := newEpoch(o.nextEpoch, s)
+		o.nextEpoch++
+		s.busy = true
+		s.freeCh = make(chan struct{})
+		o.open = ep
+		o.live = append(o.live, ep)
+		ep.timer = time.AfterFunc(o.conf.epochInterval, func() { o.sealOnTimer(ep) })
+		return ep, nil
+	}
+}
+
+// shouldSealLocked: the epoch closes at its record or byte limit (checked
+// after whole batches) or when max_in_flight batches wait for it and its
+// predecessors (no more can arrive until some are acked).
+func (o *output) shouldSealLocked(ep *epoch) bool {
+	c := o.conf
+	return ep.cause != nil ||
+		(c.epochMaxRecords > 0 && ep.records >= c.epochMaxRecords) ||
+		(c.epochMaxBytes > 0 && ep.bytes >= c.epochMaxBytes) ||
+		o.inFlight >= c.maxInFlight
+}
+
+// sealLocked closes the open epoch to new batches and queues it for the
+// committer. Epochs are sealed in epoch order (one is open at a time), so the
+// queue is in commit order.
+func (o *output) sealLocked(ep *epoch) {
+	if ep.sealed {
+		return
+	}
+	ep.sealed = true
+	if ep.timer != nil {
+		ep.timer.Stop()
+	}
+	if o.open == ep {
+		o.open = nil
+	}
+	ep.advance(txnstate.PhaseSealed)
+	// Never blocks: an epoch holds a slot, so at most len(slots) are live.
+	o.committer.queue <- ep
+}
+
+func (o *output) sealOnTimer(ep *epoch) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !ep.sealed && o.stopErr == nil {
+		o.sealLocked(ep)
+	}
+}
+
+// finish settles an epoch: releases its waiters with result and removes it
+// from the live list. The slot is released separately (releaseSlot), only
+// once the epoch's final state is in the cache.
+func (o *output) finish(ep *epoch, result error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.finishLocked(ep, result)
+}
+
+func (o *output) finishLocked(ep *epoch, result error) {
+	select {
+	case <-ep.done:
+		return
+	default:
+	}
+	ep.result = result
+	for i, l := range o.live {
+		if l == ep {
+			o.live = append(o.live[:i], o.live[i+1:]...)
+			break
+		}
+	}
+	o.inFlight -= len(ep.batches)
+	if o.open == ep {
+		o.open = nil
+	}
+	if ep.timer != nil {
+		ep.timer.Stop()
+	}
+	close(ep.done)
+}
+
+func (o *output) releaseSlot(s *slot) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if s.busy {
+		s.busy = false
+		close(s.freeCh)
+	}
+}
+
+// poisonAfter aborts every live epoch after n (invariant I5: a later epoch
+// never commits over an earlier failed one). The open one is sealed so no
+// batch joins it.
+func (o *output) poisonAfter(n uint64, cause error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, ep := range o.live {
+		if ep.n > n && ep.cause == nil {
+			ep.cause = fmt.Errorf("epoch %d before it aborted: %w", n, cause)
+			if !ep.sealed {
+				o.sealLocked(ep)
+			}
+		}
+	}
+}
+
+// stopLocked stops the output for good with err: every waiter is released
+// with it (never an ack). With raise, err goes through the fatal-stop path.
+func (o *output) stopLocked(err error, raise bool) error {
+	if o.stopErr != nil {
+		return o.stopErr
+	}
+	if raise {
+		err = fatal.Raise(err)
+	}
+	o.stopErr = err
+	if o.open != nil {
+		o.open.sealed = true
+		if o.open.timer != nil {
+			o.open.timer.Stop()
+		}
+		o.open = nil
+	}
+	for _, ep := range append([]*epoch(nil), o.live...) {
+		if ep.ending {
+			// EndTxn(commit) was sent: only the committer, which
+			// knows the outcome, may settle it.
+			continue
+		}
+		o.finishLocked(ep, err)
+	}
+	return err
+}
+
+func (o *output) stop(err error, raise bool) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stopLocked(err, raise)
+}
+
+func (o *output) bufferedBytes() int64 {
+	o.mu.Lock()
+	slots := o.slots
+	o.mu.Unlock()
+	var n int64
+	for _, s := range slots {
+		if s.cl != nil {
+			n += s.cl.BufferedProduceBytes()
+		}
+	}
+	return n
+}
+
+// toRecords turns a batch into records. A message whose topic, key or
+// partition cannot be computed fails alone (BatchError), before anything is
+// produced.
+func (o *output) toRecords(batch service.MessageBatch) ([]*kgo.Record, error) {
+	recs := make([]*kgo.Record, len(batch))
+	var berr *service.BatchError
+	fail := func(i int, err error) {
+		if berr == nil {
+			berr = service.NewBatchError(batch, err)
+		}
+		berr = berr.Failed(i, err)
+	}
+	for i, msg := range batch {
+		topic, err := batch.TryInterpolatedString(i, o.conf.topic)
+		if err != nil || topic == "" {
+			fail(i, fmt.Errorf("field %s: %v (topic %q)", keoFieldTopic, err, topic))
+			continue
+		}
+		r := &kgo.Record{Topic: topic}
+		if o.conf.key != nil {
+			k, err := batch.TryInterpolatedBytes(i, o.conf.key)
+			if err != nil {
+				fail(i, fmt.Errorf("field %s: %w", keoFieldKey, err))
+				continue
+			}
+			r.Key = k
+		}
+		if o.conf.partition != nil {
+			ps, err := batch.TryInterpolatedString(i, o.conf.partition)
+			if err == nil {
+				var p int64
+				p, err = strconv.ParseInt(ps, 10, 32)
+				if err == nil && p < 0 {
+					err = fmt.Errorf("negative partition %d", p)
+				}
+				r.Partition = int32(p)
+			}
+			if err != nil {
+				fail(i, fmt.Errorf("field %s: %w", keoFieldPartition, err))
+				continue
+			}
+		}
+		if o.conf.metadata != nil {
+			_ = o.conf.metadata.Walk(msg, func(k, v string) error {
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+				return nil
+			})
+		}
+		if r.Value, err = msg.AsBytes(); err != nil {
+			fail(i, err)
+			continue
+		}
+		if sz := recordSize(r); sz > o.conf.maxMessageBytes {
+			fail(i, &RecordError{Topic: topic, Partition: r.Partition, Size: sz, Err: fmt.Errorf("larger than %s %d", keoFieldMaxMessageBytes, o.conf.maxMessageBytes)})
+			continue
+		}
+		recs[i] = r
+	}
+	if berr != nil {
+		return nil, berr
+	}
+	return recs, nil
+}
+
+// Close commits nothing new: it seals the open epoch, waits (until ctx ends)
+// for the live epochs to settle, then stops the committer and the clients.
+// Open transactions left behind are aborted by the next start's
+// InitProducerID (they never reached PREPARE) or resolved from the cache.
+func (o *output) Close(ctx context.Context) error {
+	o.mu.Lock()
+	if o.closing {
+		o.mu.Unlock()
+		return nil
+	}
+	o.closing = true
+	if o.open != nil && o.stopErr == nil {
+		o.sealLocked(o.open)
+	}
+	live := append([]*epoch(nil), o.live...)
+	o.mu.Unlock()
+	for _, ep := range live {
+		select {
+		case <-ep.done:
+		case <-ctx.Done():
+		}
+	}
+	o.mu.Lock()
+	o.stopLocked(ErrClosed, false)
+	c := o.committer
+	o.mu.Unlock()
+	if c != nil {
+		c.sig.TriggerSoftStop()
+		select {
+		case <-c.sig.HasStoppedChan():
+		case <-ctx.Done():
+			c.sig.TriggerHardStop()
+			<-c.sig.HasStoppedChan()
+		}
+	}
+	if o.runCancel != nil {
+		o.runCancel()
+	}
+	close(o.closedCh)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, s := range o.slots {
+		s.cl.Close()
+	}
+	if o.admin != nil {
+		o.admin.Close()
+	}
+	o.connected = false
+	return nil
+}

@@ -1,0 +1,192 @@
+package output
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// recovered is what recovery learnt: the next epoch number and which slots
+// it looked at (the orphan cleanup touches only those).
+type recovered struct {
+	nextEpoch uint64
+	looked    map[int]bool
+	// openOrphans are slots beyond the pool whose epoch recovery decided to
+	// abort: their InitProducerID does it.
+	openOrphans []int
+}
+
+// recover runs before any slot is initialised (an InitProducerID would abort
+// what recovery may want to resume):
+//
+//  1. Read the stored pool high-water mark and every slot's record (slots
+//     beyond the current pool included), and raise the mark to this pool.
+//  2. For every PREPARED record, observe: DescribeTransactions, matched
+//     exactly on (pid, epoch, version) by txnstate.Decide; if that says
+//     unknown, the exact Fetch probe at the stored first offsets.
+//  3. txnstate.Resolve decides in epoch order; each decision is written to
+//     the cache before it is acted on; a resume is a raw EndTxn(commit)
+//     pinned to the stored version.
+//  4. Unknown stops the start with an *InDoubtError (Benthos retries Connect,
+//     so a transient broker problem resolves itself; recovery_override is
+//     the operator's way out).
+func (o *output) recover(ctx context.Context) (recovered, error) {
+	rec := recovered{looked: map[int]bool{}, nextEpoch: 1}
+	hw, err := o.store.slotsHighWater(ctx)
+	if err != nil {
+		return rec, err
+	}
+	limit := max(hw, o.conf.poolSize)
+	if limit != hw {
+		if err := o.store.setSlotsHighWater(ctx, limit); err != nil {
+			return rec, err
+		}
+	}
+	type slotRec struct {
+		n int
+		r txnstate.Record
+	}
+	var recs []slotRec
+	for n := 0; ; n++ {
+		r, ok, err := o.store.readSlot(ctx, n)
+		if err != nil {
+			return rec, err
+		}
+		rec.looked[n] = true
+		if !ok {
+			if n >= limit {
+				break
+			}
+			continue
+		}
+		recs = append(recs, slotRec{n, r})
+		if r.Epoch >= rec.nextEpoch {
+			rec.nextEpoch = r.Epoch + 1
+		}
+	}
+
+	var inDoubt []txnstate.InDoubt
+	slotOf := map[uint64]int{}
+	for _, sr := range recs {
+		if sr.r.State != txnstate.Prepared {
+			continue
+		}
+		out, err := o.observe(ctx, sr.r)
+		if err != nil {
+			o.log.Warnf("kafka_eos: recovery of epoch %d on %q: %v", sr.r.Epoch, sr.r.TransactionalID, err)
+		}
+		o.log.Infof("kafka_eos: recovery: epoch %d on %q (producer id %d, epoch %d, TV%d) is in doubt; observed %v", sr.r.Epoch, sr.r.TransactionalID, sr.r.ProducerID, sr.r.ProducerEpoch, sr.r.TxnVersion, out)
+		inDoubt = append(inDoubt, txnstate.InDoubt{Record: sr.r, Outcome: out})
+		slotOf[sr.r.Epoch] = sr.n
+	}
+	decisions, cerr := txnstate.Resolve(o.conf.mode, inDoubt, o.conf.override)
+	for _, d := range decisions {
+		n := slotOf[d.Record.Epoch]
+		o.log.Infof("kafka_eos: recovery: epoch %d on %q: %v (%s)", d.Record.Epoch, d.Record.TransactionalID, d.Action, d.Reason)
+		switch d.Action {
+		case txnstate.MarkCommitted:
+			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Committed, d.Reason)); err != nil {
+				return rec, err
+			}
+			if d.Outcome == txnstate.Unknown {
+				o.m.inDoubt.Incr(1, outcomeForcedCommitted)
+			} else {
+				o.m.inDoubt.Incr(1, outcomeFoundCommitted)
+			}
+		case txnstate.MarkAborted:
+			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Aborted, d.Reason)); err != nil {
+				return rec, err
+			}
+			if d.Outcome == txnstate.Unknown {
+				o.m.inDoubt.Incr(1, outcomeForcedAborted)
+			} else {
+				o.m.inDoubt.Incr(1, outcomeFoundAborted)
+			}
+		case txnstate.AbortOpen:
+			// Decision first, then the act: the slot's InitProducerID
+			// (below, or the orphan cleanup) aborts the transaction.
+			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Aborted, d.Reason)); err != nil {
+				return rec, err
+			}
+			o.m.inDoubt.Incr(1, outcomeAborted)
+			if n >= o.conf.poolSize {
+				rec.openOrphans = append(rec.openOrphans, n)
+			}
+		case txnstate.ResumeCommit:
+			res, err := o.rawEndTxn(ctx, d.Record)
+			if res != txnstate.RetryOK {
+				return rec, &InDoubtError{TransactionalID: d.Record.TransactionalID, Epoch: d.Record.Epoch, ProducerID: d.Record.ProducerID, ProducerEpoch: d.Record.ProducerEpoch, Detail: fmt.Sprintf("resuming the commit failed: %v", err)}
+			}
+			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Committed, "resumed at restart")); err != nil {
+				return rec, err
+			}
+			o.m.inDoubt.Incr(1, outcomeResumed)
+		case txnstate.Stop:
+			detail := d.Reason
+			if cerr != nil {
+				detail += ": " + cerr.Error()
+			}
+			return rec, &InDoubtError{TransactionalID: d.Record.TransactionalID, Epoch: d.Record.Epoch, ProducerID: d.Record.ProducerID, ProducerEpoch: d.Record.ProducerEpoch, Detail: detail}
+		}
+	}
+	return rec, nil
+}
+
+// observe establishes what one in-doubt epoch became, exactly or Unknown.
+func (o *output) observe(ctx context.Context, r txnstate.Record) (txnstate.Outcome, error) {
+	obs, err := o.describe(ctx, r.TransactionalID)
+	if err != nil {
+		return txnstate.Unknown, err
+	}
+	if out := txnstate.Decide(r, obs); out != txnstate.Unknown {
+		return out, nil
+	}
+	return o.probe(ctx, r)
+}
+
+// abortOrphans aborts lingering transactions of slots this pool does not use:
+// slots recovery decided to abort, and Ongoing transactions ListTransactions
+// shows for ids matching `^<transactional_id>-(\d+)$` with n >= pool size,
+// exactly (never a bare prefix: that could fence another deployment whose id
+// extends ours). A listed slot recovery has not looked at is looked at first;
+// if its record is in doubt, the start stops rather than abort it unseen.
+func (o *output) abortOrphans(ctx context.Context, rec recovered) error {
+	m := txnstate.NewSlotMatcher(o.conf.transactionalID)
+	abort := map[int]bool{}
+	for _, n := range rec.openOrphans {
+		abort[n] = true
+	}
+	lt, err := kadm.NewClient(o.admin).ListTransactions(ctx, nil, []string{txnstate.BrokerOngoing})
+	if err != nil {
+		o.log.Warnf("kafka_eos: listing transactions for orphaned slots: %v", err)
+	}
+	for id := range lt {
+		n, ok := m.Orphan(id, o.conf.poolSize)
+		if !ok {
+			continue
+		}
+		if !rec.looked[n] {
+			r, found, err := o.store.readSlot(ctx, n)
+			if err != nil {
+				return err
+			}
+			if found && r.State == txnstate.Prepared {
+				return &InDoubtError{TransactionalID: id, Epoch: r.Epoch, ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch, Detail: "orphaned slot beyond the stored pool size holds a PREPARED epoch"}
+			}
+		}
+		abort[n] = true
+	}
+	for n := range abort {
+		id := txnstate.SlotID(o.conf.transactionalID, n)
+		cl, err := o.newSlotClient(ctx, id)
+		if err != nil {
+			return fmt.Errorf("aborting the transaction of orphaned slot %q: %w", id, err)
+		}
+		cl.Close()
+		o.log.Infof("kafka_eos: aborted the lingering transaction of orphaned slot %q", id)
+	}
+	return nil
+}

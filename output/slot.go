@@ -1,0 +1,83 @@
+package output
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// slot is one transactional producer of the pool, transactional.id
+// "<transactional_id>-<n>". Its client is initialised once (InitProducerID,
+// which also finds the coordinator) and reused for every epoch it carries, so
+// an epoch boundary never waits for an InitProducerID: the next epoch's slot
+// is idle and warm while the current one commits. A fresh client is built
+// only after a fence by our own transaction timeout or an abort that failed.
+//
+// The slot invariant txnstate relies on: a slot is busy from the moment an
+// epoch opens on it until that epoch's final state (COMMITTED or ABORTED) is
+// written to the state cache; so no transaction begins on a slot whose record
+// still says PREPARED.
+type slot struct {
+	n  int
+	id string
+	cl *kgo.Client
+	tv txnstate.TxnVersion
+
+	// Guarded by output.mu.
+	busy   bool
+	freeCh chan struct{} // closed when busy turns false
+	broken bool          // the client must be replaced before the next epoch
+}
+
+// newSlotClient builds and initialises a transactional client for id:
+// InitProducerID bumps the epoch and aborts whatever transaction of id is
+// still open, and fences any older producer of id.
+func (o *output) newSlotClient(ctx context.Context, id string) (*kgo.Client, error) {
+	opts := append(o.conf.conn.Opts(), o.conf.producerOpts()...)
+	opts = append(opts, kgo.TransactionalID(id))
+	opts = append(opts, o.clientOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("transactional id %q: %w", id, err)
+	}
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("transactional id %q: init producer id: %w", id, err)
+	}
+	return cl, nil
+}
+
+// clusterTxnVersion is the transaction version franz-go will use for new
+// transactions: 2 when a broker reports transaction.version >= 2 finalized and
+// EndTxn v5 (the same rule as kgo's supportsKIP890p2), else 0. Every commit
+// double-checks it from the producer epoch EndTxn left behind.
+func (o *output) clusterTxnVersion(ctx context.Context) (txnstate.TxnVersion, error) {
+	vs, err := kadm.NewClient(o.admin).ApiVersions(ctx)
+	if err != nil {
+		return txnstate.TV0, fmt.Errorf("api versions: %w", err)
+	}
+	tv := txnstate.TV0
+	vs.Each(func(v kadm.BrokerApiVersions) {
+		raw := v.Raw()
+		if v.Err != nil || raw == nil {
+			return
+		}
+		endTxn := false
+		for _, k := range raw.ApiKeys {
+			if k.ApiKey == int16(kmsg.EndTxn) && k.MaxVersion >= 5 {
+				endTxn = true
+			}
+		}
+		for _, f := range raw.FinalizedFeatures {
+			if f.Name == "transaction.version" && f.MaxVersionLevel >= 2 && endTxn {
+				tv = txnstate.TV2
+			}
+		}
+	})
+	return tv, nil
+}

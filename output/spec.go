@@ -1,0 +1,210 @@
+package output
+
+import (
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
+)
+
+// Name is the component name in configs.
+const Name = "kafka_eos"
+
+// Field names of the kafka_eos output (the shared connection fields live in
+// internal/kafkaconf).
+const (
+	keoFieldTopic             = "topic"
+	keoFieldKey               = "key"
+	keoFieldPartitioner       = "partitioner"
+	keoFieldPartition         = "partition"
+	keoFieldMetadata          = "metadata"
+	keoFieldCompression       = "compression"
+	keoFieldMaxMessageBytes   = "max_message_bytes"
+	keoFieldTransactionalID   = "transactional_id"
+	keoFieldPoolSize          = "producer_pool_size"
+	keoFieldTxnTimeout        = "transaction_timeout"
+	keoFieldEpoch             = "epoch"
+	keoFieldEpochMaxRecords   = "max_records"
+	keoFieldEpochMaxBytes     = "max_bytes"
+	keoFieldEpochInterval     = "interval"
+	keoFieldStateCache        = "state_cache"
+	keoFieldMaxBufferedBytes  = "max_buffered_bytes"
+	keoFieldMaxInFlight       = "max_in_flight"
+	keoFieldBatching          = "batching"
+	keoFieldRecoveryOverride  = "recovery_override"
+	keoFieldCommitBudget      = "commit_timeout"
+	keoPartitionerMurmur2     = "murmur2"
+	keoPartitionerManual      = "manual"
+	keoPartitionerRoundRobin  = "round_robin"
+	keoOverrideNone           = "none"
+	keoOverrideForceCommitted = "force_committed"
+	keoOverrideForceAborted   = "force_aborted"
+)
+
+// Defaults, named once so the docs and the code agree.
+const (
+	defaultPoolSize         = 2
+	defaultTxnTimeout       = "60s"
+	defaultEpochInterval    = "100ms"
+	defaultEpochMaxRecords  = 100000
+	defaultEpochMaxBytes    = 32 << 20
+	defaultMaxBufferedBytes = 256 << 20
+	defaultMaxMessageBytes  = 1 << 20
+	defaultMaxInFlight      = 64
+	defaultCommitBudget     = "10s"
+)
+
+// lintRule is the one cross-field rule of the spec (Benthos takes one bloblang
+// rule per spec): the timing check of the brief, the pool minimum, and the
+// manual partitioner's partition field. It mirrors txnstate.CheckTiming with a
+// margin of 10% of the timeout.
+const lintRule = `
+let timeout = (this.transaction_timeout | "60s").parse_duration()
+let interval = (this.epoch.interval | "100ms").parse_duration()
+let budget = (this.commit_timeout | "10s").parse_duration()
+let pool = this.producer_pool_size | 2
+let part = this.partitioner | "murmur2"
+root = [
+  if $interval + 2 * $budget >= $timeout - $timeout / 10 {
+    "field epoch.interval: %v plus twice commit_timeout (%v) must stay well below transaction_timeout (%v) minus a 10%% margin".format(this.epoch.interval | "100ms", this.commit_timeout | "10s", this.transaction_timeout | "60s")
+  },
+  if $pool < 2 {
+    "field producer_pool_size: must be at least 2 (epoch N+1 produces while N commits), got %v".format($pool)
+  },
+  if $part == "manual" && (this.partition | "") == "" {
+    "field partition: required when partitioner is manual"
+  },
+  if $part != "manual" && (this.partition | "") != "" {
+    "field partition: only used when partitioner is manual"
+  },
+].filter(v -> v != null)
+`
+
+// Spec is the kafka_eos config spec; tests and the docs generator reuse it.
+func Spec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Services").
+		Summary("Writes to Kafka in transactions that commit exactly once: every epoch (one or more whole batches) is one Kafka transaction, recovered after a crash from a durable state cache.").
+		Description(`
+Records are grouped into epochs. An epoch is one Kafka transaction holding one or
+more whole Benthos batches (a batch is never split across epochs); it closes when
+it reaches `+"`epoch.max_records`"+` or `+"`epoch.max_bytes`"+`, after
+`+"`epoch.interval`"+`, or when `+"`max_in_flight`"+` batches are waiting for it and
+its predecessors. Epochs commit in order; a batch is acknowledged only once its
+epoch has committed. If an epoch fails before its commit, it and every later
+epoch are aborted and their batches nacked.
+
+Transactions run on a pool of `+"`producer_pool_size`"+` transactional producers,
+the slots `+"`<transactional_id>-<n>`"+`. Each slot is initialised once and reused,
+so the epoch boundary costs a flush and an EndTxn while the next epoch already
+produces on the next slot. One running instance per `+"`transactional_id`"+`: a second
+instance with the same id fences the first, which stops with an error naming the id.
+
+### Delivery guarantees
+
+This output on its own (plain mode) makes every epoch atomic for consumers with
+`+"`isolation_level: read_committed`"+`, and acknowledges a batch only after its
+epoch committed. Across a crash it is at-least-once: an epoch whose commit was in
+doubt is aborted at restart (unless Kafka says it committed) and the input
+replays its batches. End-to-end exactly-once needs the Kafka-to-Kafka or dedupe
+modes (source offsets or dedupe positions committed in the same transaction).
+
+### State cache
+
+`+"`state_cache`"+` names a cache resource that holds, per slot, the recovery
+identity of the newest epoch that reached its commit: the transactional id,
+producer id and epoch, transaction version and, per partition written, the first
+offset. At start the output reads it, resolves any epoch left in doubt from the
+broker's state and an exact Fetch probe, and only then initialises its producers.
+Benthos core's caches are in memory or unsynced files: with them, a crash of the
+machine loses the identity and an in-doubt epoch is left to the transaction
+timeout (it is then aborted, the input replays). Use the project's `+"`kafka_state`"+`
+cache for a durable identity.
+`).
+		Fields(kafkaconf.Fields()...).
+		Fields(
+			service.NewInterpolatedStringField(keoFieldTopic).
+				Description("The topic to write to. Topics must exist: transactional writes to an auto-created topic are not retried."),
+			service.NewInterpolatedStringField(keoFieldKey).
+				Description("The record key. Unset means a null key.").
+				Optional(),
+			service.NewStringEnumField(keoFieldPartitioner, keoPartitionerMurmur2, keoPartitionerManual, keoPartitionerRoundRobin).
+				Description("How records are assigned partitions. `murmur2` (the default) is the Java client's default: keyed records go to murmur2(key) mod partitions, unkeyed records are spread in sticky batches. `manual` uses `partition`.").
+				Default(keoPartitionerMurmur2),
+			service.NewInterpolatedStringField(keoFieldPartition).
+				Description("The partition, with `partitioner: manual`.").
+				Optional(),
+			service.NewMetadataFilterField(keoFieldMetadata).
+				Description("Which metadata keys are written as record headers. The default writes none.").
+				Optional(),
+			service.NewStringEnumField(keoFieldCompression, "none", "gzip", "snappy", "lz4", "zstd").
+				Description("The compression codec of produced batches. Default `none`.").
+				Default("none").
+				Advanced(),
+			service.NewIntField(keoFieldMaxMessageBytes).
+				Description("The largest record batch sent to a broker, in bytes (the producer's max.request.size per batch). Default 1 MiB, the broker's default message.max.bytes.").
+				Default(defaultMaxMessageBytes).
+				Advanced(),
+			service.NewStringField(keoFieldTransactionalID).
+				Description("The transactional id prefix: slots use `<transactional_id>-<n>`. Unique per running instance: another deployment must not use this id, nor `<transactional_id>-<n>`."),
+			service.NewIntField(keoFieldPoolSize).
+				Description("The number of transactional producers (slots). At least 2: epoch N+1 produces while epoch N commits. Default 2.").
+				Default(defaultPoolSize).
+				Advanced(),
+			service.NewDurationField(keoFieldTxnTimeout).
+				Description("The transaction timeout sent to the coordinator (transaction.timeout.ms), which aborts a transaction that long after it began, however busy it is. At most the broker's transaction.max.timeout.ms (15m by default). Default 60s.").
+				Default(defaultTxnTimeout).
+				Advanced(),
+			service.NewDurationField(keoFieldCommitBudget).
+				Description("How long one epoch commit (flush, state cache write, EndTxn) may take before it counts as failed (or, for EndTxn, in doubt). Default 10s.").
+				Default(defaultCommitBudget).
+				Advanced(),
+			service.NewObjectField(keoFieldEpoch,
+				service.NewIntField(keoFieldEpochMaxRecords).
+					Description("Close the epoch once it holds this many records (checked after each whole batch). 0 means no limit. Default 100000.").
+					Default(defaultEpochMaxRecords),
+				service.NewIntField(keoFieldEpochMaxBytes).
+					Description("Close the epoch once it holds this many bytes of keys and values (checked after each whole batch). 0 means no limit. Default 32 MiB.").
+					Default(defaultEpochMaxBytes),
+				service.NewDurationField(keoFieldEpochInterval).
+					Description("Close the epoch this long after its first batch. Must be well below `transaction_timeout`. Default 100ms (Kafka Streams' exactly-once commit interval).").
+					Default(defaultEpochInterval),
+			).Description("When an epoch (one Kafka transaction) closes."),
+			service.NewStringField(keoFieldStateCache).
+				Description("The name of a cache resource holding the recovery identity of each slot's newest epoch. Keys used: `<transactional_id>/slots` and `<transactional_id>/slot/<n>`."),
+			service.NewIntField(keoFieldMaxBufferedBytes).
+				Description("The only bound on records buffered in the producers (the record-count cap of franz-go is disabled): writes block once this many bytes wait to be acknowledged. Default 256 MiB.").
+				Default(defaultMaxBufferedBytes).
+				Advanced(),
+			service.NewIntField(keoFieldMaxInFlight).
+				Description("The maximum number of batches in flight across epochs; when that many wait, the open epoch closes. Default 64.").
+				Default(defaultMaxInFlight),
+			service.NewStringEnumField(keoFieldRecoveryOverride, keoOverrideNone, keoOverrideForceCommitted, keoOverrideForceAborted).
+				Description("For operators only: how to decide an in-doubt epoch that neither the broker's transaction state nor the Fetch probe identifies (its records were deleted or compacted away). `none` (the default) refuses to start.").
+				Default(keoOverrideNone).
+				Advanced(),
+			service.NewBatchPolicyField(keoFieldBatching),
+		).
+		LintRule(lintRule).
+		Example("Atomic epochs to one topic", "Every 100ms, the batches received are committed in one transaction.", `
+output:
+  kafka_eos:
+    seed_brokers: [ localhost:9092 ]
+    topic: events
+    key: ${! meta("id") }
+    transactional_id: events-writer
+    state_cache: eos_state
+`)
+}
+
+func init() {
+	if err := service.RegisterBatchOutput(Name, Spec(), func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
+		o, err := newOutputFromParsed(conf, mgr)
+		if err != nil {
+			return nil, service.BatchPolicy{}, 0, err
+		}
+		return o, o.conf.batching, o.conf.maxInFlight, nil
+	}); err != nil {
+		panic(err)
+	}
+}
