@@ -55,6 +55,8 @@ const (
 // transactions, waiters released with the error, nothing written).
 type testHooks struct {
 	atStep func(step commitStep, epoch uint64) error
+	// beforeCommit is called when the committer picks up an epoch.
+	beforeCommit func(epoch uint64)
 }
 
 func (o *output) hook(step commitStep, ep *epoch) bool {
@@ -96,6 +98,9 @@ func (o *output) hook(step commitStep, ep *epoch) bool {
 // never aborted blindly.
 func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	start := time.Now()
+	if o.hooks != nil && o.hooks.beforeCommit != nil {
+		o.hooks.beforeCommit(ep.n)
+	}
 	o.mu.Lock()
 	stopped, cause := o.stopErr != nil, ep.cause
 	o.mu.Unlock()
@@ -185,7 +190,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		return
 	}
 	o.checkTxnVersion(ctx, ep.slot, rec)
-	o.m.committed.Incr(1)
+	o.m.epochCommitted()
 	o.m.commitLatency.Timing(since(start))
 	o.m.records.Incr(int64(ep.records))
 	o.m.bytes.Incr(int64(ep.bytes))
@@ -258,18 +263,21 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 		o.stop(fmt.Errorf("kafka_eos: %q: %w", ep.slot.id, cause), true)
 		return
 	}
-	o.poisonAfter(ep.n, cause)
 	s := ep.slot
 	actx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
 	defer cancel()
+	if isFenceErr(cause) && o.fenceKind(actx, s, ep.pid, ep.pepoch) == txnstate.FenceZombie {
+		o.zombie(s, cause)
+		return
+	}
+	o.poisonAfter(ep.n, cause)
 	if err := s.cl.AbortBufferedRecords(actx); err != nil {
 		s.broken = true
 	}
 	if err := s.cl.EndTransaction(actx, kgo.TryAbort); err != nil {
 		o.log.Warnf("kafka_eos: aborting epoch %d on %q: %v", ep.n, s.id, err)
 		if isFenceErr(err) {
-			pid, pe, _ := s.cl.ProducerID(actx)
-			if o.fenceKind(actx, s, pid, pe) == txnstate.FenceZombie {
+			if o.fenceKind(actx, s, ep.pid, ep.pepoch) == txnstate.FenceZombie {
 				o.zombie(s, err)
 				return
 			}
@@ -277,7 +285,7 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 		s.broken = true
 	}
 	ep.advance(txnstate.PhaseAborted)
-	o.m.aborted.Incr(1)
+	o.m.epochAborted()
 	o.log.Warnf("kafka_eos: epoch %d aborted, its %d batches nacked: %v", ep.n, len(ep.batches), cause)
 	o.finish(ep, &EpochError{Epoch: ep.n, Cause: cause})
 	if prepared && len(rec) > 0 {
@@ -329,7 +337,7 @@ func (o *output) fenceKind(ctx context.Context, s *slot, pid int64, e int16) txn
 }
 
 func (o *output) zombie(s *slot, err error) {
-	o.m.fenced.Incr(1)
+	o.m.fence()
 	o.stop(&FencedError{TransactionalID: s.id, Err: err}, true)
 }
 
@@ -384,10 +392,10 @@ func (o *output) resolveInDoubt(ctx context.Context, ep *epoch, rec txnstate.Rec
 	}
 	switch out {
 	case txnstate.FoundCommitted:
-		o.m.inDoubt.Incr(1, outcomeResumed)
+		o.m.resolved(outcomeResumed)
 		return true
 	case txnstate.FoundAborted:
-		o.m.inDoubt.Incr(1, outcomeFoundAborted)
+		o.m.resolved(outcomeFoundAborted)
 		o.mu.Lock()
 		ep.ending = false
 		o.mu.Unlock()

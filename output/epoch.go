@@ -32,6 +32,10 @@ type epoch struct {
 	n      uint64
 	slot   *slot
 	opened time.Time
+	// pid and pepoch are the producer id and epoch the transaction began
+	// with, to tell a zombie fence from our own timeout if it fails.
+	pid    int64
+	pepoch int16
 
 	// Guarded by output.mu.
 	batches []*batchRef

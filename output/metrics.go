@@ -1,6 +1,7 @@
 package output
 
 import (
+	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -27,7 +28,11 @@ const (
 	outcomeForcedAborted   = "forced_aborted"
 )
 
+// metrics wraps the Benthos metrics; tally keeps a copy of the counters in
+// memory so tests (and logs) can read them back.
 type metrics struct {
+	tally tally
+
 	committed     *service.MetricCounter
 	aborted       *service.MetricCounter
 	commitLatency *service.MetricTimer
@@ -57,3 +62,32 @@ func newMetrics(m *service.Metrics) *metrics {
 }
 
 func since(t time.Time) int64 { return int64(time.Since(t)) }
+
+// tally counts events by name, for tests.
+type tally struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (t *tally) add(name string, n int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]int64{}
+	}
+	t.m[name] += n
+}
+
+func (t *tally) get(name string) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[name]
+}
+
+func (m *metrics) epochCommitted() { m.committed.Incr(1); m.tally.add(metricEpochsCommitted, 1) }
+func (m *metrics) epochAborted()   { m.aborted.Incr(1); m.tally.add(metricEpochsAborted, 1) }
+func (m *metrics) fence()          { m.fenced.Incr(1); m.tally.add(metricFenced, 1) }
+func (m *metrics) resolved(outcome string) {
+	m.inDoubt.Incr(1, outcome)
+	m.tally.add(metricInDoubtResolved+"/"+outcome, 1)
+}

@@ -252,6 +252,8 @@ func (o *output) joinLocked(ctx context.Context) (*epoch, error) {
 			return nil, o.stopLocked(fmt.Errorf("kafka_eos: begin transaction on %q: %w", s.id, err), true)
 		}
 		ep := newEpoch(o.nextEpoch, s)
+		// Cached in the client after InitProducerID: no request.
+		ep.pid, ep.pepoch, _ = s.cl.ProducerID(ctx)
 		o.nextEpoch++
 		s.busy = true
 		s.freeCh = make(chan struct{})

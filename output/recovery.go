@@ -92,18 +92,18 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 				return rec, err
 			}
 			if d.Outcome == txnstate.Unknown {
-				o.m.inDoubt.Incr(1, outcomeForcedCommitted)
+				o.m.resolved(outcomeForcedCommitted)
 			} else {
-				o.m.inDoubt.Incr(1, outcomeFoundCommitted)
+				o.m.resolved(outcomeFoundCommitted)
 			}
 		case txnstate.MarkAborted:
 			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Aborted, d.Reason)); err != nil {
 				return rec, err
 			}
 			if d.Outcome == txnstate.Unknown {
-				o.m.inDoubt.Incr(1, outcomeForcedAborted)
+				o.m.resolved(outcomeForcedAborted)
 			} else {
-				o.m.inDoubt.Incr(1, outcomeFoundAborted)
+				o.m.resolved(outcomeFoundAborted)
 			}
 		case txnstate.AbortOpen:
 			// Decision first, then the act: the slot's InitProducerID
@@ -111,7 +111,7 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Aborted, d.Reason)); err != nil {
 				return rec, err
 			}
-			o.m.inDoubt.Incr(1, outcomeAborted)
+			o.m.resolved(outcomeAborted)
 			if n >= o.conf.poolSize {
 				rec.openOrphans = append(rec.openOrphans, n)
 			}
@@ -123,7 +123,7 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Committed, "resumed at restart")); err != nil {
 				return rec, err
 			}
-			o.m.inDoubt.Incr(1, outcomeResumed)
+			o.m.resolved(outcomeResumed)
 		case txnstate.Stop:
 			detail := d.Reason
 			if cerr != nil {
