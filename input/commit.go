@@ -1,0 +1,139 @@
+package input
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/Jeffail/shutdown"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// OffsetCommitter stores the positions the pipeline acknowledged, keyed by
+// topic and partition: the next offset to read, never past a partition's stop.
+//
+// The default, groupCommitter, commits them to the consumer group with an
+// OffsetCommit request. It is the seam for the end-to-end exactly-once issue:
+// when a kafka_eos output in the same process commits the group's offsets
+// inside its transactions, the input must not commit them itself (a plain
+// commit would race the transaction and could move the offset backwards).
+// That output then provides an OffsetCommitter that hands the positions over
+// (a finished partition's stop included, so that lag reaches 0 behind a
+// trailing marker) to be committed with its next transaction; newInput picks
+// it up in place of groupCommitter (see kafkaInput.committer). Implementations
+// must be safe for use from one goroutine at a time; calls never overlap.
+type OffsetCommitter interface {
+	CommitOffsets(ctx context.Context, offsets map[tp]int64) error
+}
+
+// groupCommitter commits to a consumer group through kadm, outside any group
+// membership (the input assigns partitions itself; the group is an offset
+// store, as in Flink's KafkaSource). Group generation -1 and an empty member
+// id are what the broker accepts for such "simple" commits.
+type groupCommitter struct {
+	adm   *kadm.Client
+	group string
+}
+
+func (g *groupCommitter) CommitOffsets(ctx context.Context, offsets map[tp]int64) error {
+	os := kadm.Offsets{}
+	for p, at := range offsets {
+		os.Add(kadm.Offset{Topic: p.Topic, Partition: p.Partition, At: at, LeaderEpoch: -1})
+	}
+	resp, err := g.adm.CommitOffsets(ctx, g.group, os)
+	if err != nil {
+		return err
+	}
+	return resp.Error()
+}
+
+// bookkeeper is the loop that commits acknowledged offsets every
+// commit_period, publishes the per-partition gauges and logs the progress of
+// a bounded read. It is stopped through shut and signals has-stopped.
+type bookkeeper struct {
+	cfg       *config
+	tr        *tracker
+	committer OffsetCommitter // nil without a consumer group
+	met       *inputMetrics
+	log       *service.Logger
+	shut      *shutdown.Signaller
+	prog      *progress
+}
+
+func (b *bookkeeper) run(ctx context.Context) {
+	defer b.shut.TriggerHasStopped()
+	ctx, cancel := b.shut.SoftStopCtx(ctx)
+	defer cancel()
+	commitTick := time.NewTicker(b.cfg.commitPeriod)
+	defer commitTick.Stop()
+	var progC <-chan time.Time
+	if b.prog != nil && b.cfg.progressLogInterval > 0 {
+		t := time.NewTicker(b.cfg.progressLogInterval)
+		defer t.Stop()
+		progC = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-commitTick.C:
+			_ = b.commit(ctx)
+			b.met.publish(b.tr.snapshots())
+		case <-progC:
+			b.prog.report(b.tr.snapshots(), false)
+		}
+	}
+}
+
+// commit commits what was acknowledged since the last commit. A failure is
+// counted and logged and otherwise ignored: the committed offset is
+// monitoring and restart state, and the next commit carries the same or newer
+// positions.
+func (b *bookkeeper) commit(ctx context.Context) error {
+	if b.committer == nil {
+		return nil
+	}
+	offs := b.tr.toCommit()
+	if len(offs) == 0 {
+		return nil
+	}
+	if err := b.committer.CommitOffsets(ctx, offs); err != nil {
+		b.met.commitFailed()
+		b.log.Warnf("Committing offsets of group %s failed (will retry): %v", b.cfg.group, err)
+		return err
+	}
+	b.met.commitSucceeded()
+	b.tr.markCommitted(offs)
+	return nil
+}
+
+// finalCommit commits the stops of a bounded read synchronously, retrying
+// for up to about 30s; a permanent failure is returned as *CommitError (the
+// caller makes it fatal, so a job whose offsets were not stored does not exit
+// 0).
+func (b *bookkeeper) finalCommit(ctx context.Context) error {
+	if b.committer == nil {
+		return nil
+	}
+	var err error
+	backoff := 100 * time.Millisecond
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err = b.commit(ctx); err == nil {
+			if len(b.tr.toCommit()) == 0 {
+				return nil
+			}
+			continue
+		}
+		if isFatal(err) || time.Now().After(deadline) {
+			return &CommitError{Group: b.cfg.group, Err: err}
+		}
+		select {
+		case <-ctx.Done():
+			return &CommitError{Group: b.cfg.group, Err: fmt.Errorf("%w (last error: %v)", ctx.Err(), err)}
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}

@@ -1,0 +1,269 @@
+package input
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
+)
+
+// tp names one partition of one topic.
+type tp struct {
+	Topic     string
+	Partition int32
+}
+
+func (p tp) String() string { return p.Topic + ":" + strconv.Itoa(int(p.Partition)) }
+
+// topicSel is one parsed `topics` entry set for a topic: all partitions, or
+// the pinned ones.
+type topicSel struct {
+	all        bool
+	partitions map[int32]bool
+}
+
+// config is the parsed kafka_native config. Tests build it through the spec
+// (newInputFromParsed) so that defaults stay in one place.
+type config struct {
+	conn *kafkaconf.Conn
+
+	topics        map[string]*topicSel
+	topicOrder    []string
+	group         string
+	readCommitted bool
+
+	start        string
+	startOffsets map[tp]int64
+	startMillis  int64
+	reset        string
+
+	stop           string
+	stopOffsets    map[tp]int64
+	stopMillis     int64
+	stopAtHWM      bool
+	hwmWaitTimeout time.Duration
+
+	tombstones string
+
+	maxBatchRecords   int
+	maxBatchBytes     int
+	maxPartitionBytes int32
+	maxBufferedBytes  int64
+
+	commitPeriod        time.Duration
+	connectTimeout      time.Duration
+	unknownTopicGrace   time.Duration
+	idleProbeInterval   time.Duration
+	progressLogInterval time.Duration
+}
+
+// bounded reports whether the read has stop offsets and ends.
+func (c *config) bounded() bool { return c.stop != offsetNone }
+
+// parseTP parses a `topic:partition` key. A topic name may not hold a colon
+// (Kafka allows only [a-zA-Z0-9._-]), so the last colon splits.
+func parseTP(s string) (tp, error) {
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 || i == len(s)-1 {
+		return tp{}, fmt.Errorf("%q is not topic:partition", s)
+	}
+	p, err := strconv.ParseInt(s[i+1:], 10, 32)
+	if err != nil || p < 0 {
+		return tp{}, fmt.Errorf("%q: partition %q is not a non-negative number", s, s[i+1:])
+	}
+	return tp{Topic: s[:i], Partition: int32(p)}, nil
+}
+
+func parseTPMap(conf *service.ParsedConfig, field string) (map[tp]int64, error) {
+	if !conf.Contains(field) {
+		return nil, nil
+	}
+	m, err := conf.FieldIntMap(field)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[tp]int64, len(m))
+	for k, v := range m {
+		p, err := parseTP(k)
+		if err != nil {
+			return nil, fmt.Errorf("field %s: %w", field, err)
+		}
+		if v < 0 {
+			return nil, fmt.Errorf("field %s: %s: offset %d is negative", field, k, v)
+		}
+		out[p] = int64(v)
+	}
+	return out, nil
+}
+
+func configFromParsed(conf *service.ParsedConfig) (*config, error) {
+	c := &config{topics: map[string]*topicSel{}}
+	var err error
+	if c.conn, err = kafkaconf.FromParsed(conf); err != nil {
+		return nil, err
+	}
+
+	entries, err := conf.FieldStringList(knFieldTopics)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		name, sel := e, (*tp)(nil)
+		if strings.Contains(e, ":") {
+			p, err := parseTP(e)
+			if err != nil {
+				return nil, fmt.Errorf("field %s: %w", knFieldTopics, err)
+			}
+			name, sel = p.Topic, &p
+		}
+		ts, ok := c.topics[name]
+		if !ok {
+			ts = &topicSel{partitions: map[int32]bool{}}
+			c.topics[name] = ts
+			c.topicOrder = append(c.topicOrder, name)
+		}
+		if sel == nil {
+			ts.all = true
+		} else {
+			ts.partitions[sel.Partition] = true
+		}
+	}
+	if len(c.topics) == 0 {
+		return nil, fmt.Errorf("field %s: at least one topic is required", knFieldTopics)
+	}
+	for name, ts := range c.topics {
+		if ts.all && len(ts.partitions) > 0 {
+			return nil, fmt.Errorf("field %s: topic %s is listed both whole and with pinned partitions", knFieldTopics, name)
+		}
+	}
+	sort.Strings(c.topicOrder)
+
+	if c.group, err = conf.FieldString(knFieldConsumerGroup); err != nil {
+		return nil, err
+	}
+	iso, err := conf.FieldString(knFieldIsolationLevel)
+	if err != nil {
+		return nil, err
+	}
+	c.readCommitted = iso == isolationReadCommitted
+
+	if c.start, err = conf.FieldString(knFieldStartOffset); err != nil {
+		return nil, err
+	}
+	if c.startOffsets, err = parseTPMap(conf, knFieldStartOffsets); err != nil {
+		return nil, err
+	}
+	var ms int
+	if ms, err = conf.FieldInt(knFieldStartTimestamp); err != nil {
+		return nil, err
+	}
+	c.startMillis = int64(ms)
+	if c.reset, err = conf.FieldString(knFieldResetOffset); err != nil {
+		return nil, err
+	}
+	if c.stop, err = conf.FieldString(knFieldStopOffset); err != nil {
+		return nil, err
+	}
+	if c.stopOffsets, err = parseTPMap(conf, knFieldStopOffsets); err != nil {
+		return nil, err
+	}
+	if ms, err = conf.FieldInt(knFieldStopTimestamp); err != nil {
+		return nil, err
+	}
+	c.stopMillis = int64(ms)
+	if c.stopAtHWM, err = conf.FieldBool(knFieldStopAtHWM); err != nil {
+		return nil, err
+	}
+	if c.hwmWaitTimeout, err = conf.FieldDuration(knFieldStopHWMWaitTimeout); err != nil {
+		return nil, err
+	}
+	if c.tombstones, err = conf.FieldString(knFieldTombstones); err != nil {
+		return nil, err
+	}
+	if c.maxBatchRecords, err = conf.FieldInt(knFieldMaxBatchRecords); err != nil {
+		return nil, err
+	}
+	if c.maxBatchBytes, err = conf.FieldInt(knFieldMaxBatchBytes); err != nil {
+		return nil, err
+	}
+	var n int
+	if n, err = conf.FieldInt(knFieldMaxPartitionBytes); err != nil {
+		return nil, err
+	}
+	c.maxPartitionBytes = int32(n)
+	if n, err = conf.FieldInt(knFieldMaxBufferedBytes); err != nil {
+		return nil, err
+	}
+	c.maxBufferedBytes = int64(n)
+	for _, d := range []struct {
+		field string
+		to    *time.Duration
+	}{
+		{knFieldCommitPeriod, &c.commitPeriod},
+		{knFieldConnectTimeout, &c.connectTimeout},
+		{knFieldUnknownTopicGrace, &c.unknownTopicGrace},
+		{knFieldIdleProbeInterval, &c.idleProbeInterval},
+		{knFieldProgressLogInterval, &c.progressLogInterval},
+	} {
+		if *d.to, err = conf.FieldDuration(d.field); err != nil {
+			return nil, err
+		}
+	}
+	return c, c.validate()
+}
+
+// validate repeats the lint rules (a config built in code is not linted) and
+// checks what lint cannot.
+func (c *config) validate() error {
+	switch {
+	case c.start == offsetCommitted && c.group == "":
+		return fmt.Errorf("field %s: committed needs a %s", knFieldStartOffset, knFieldConsumerGroup)
+	case c.reset == offsetNone && c.start != offsetCommitted && c.start != offsetSpecific:
+		return fmt.Errorf("field %s: none applies only to %s committed or specific", knFieldResetOffset, knFieldStartOffset)
+	case c.start == offsetSpecific && len(c.startOffsets) == 0:
+		return fmt.Errorf("field %s: specific needs %s", knFieldStartOffset, knFieldStartOffsets)
+	case c.stop == offsetSpecific && len(c.stopOffsets) == 0:
+		return fmt.Errorf("field %s: specific needs %s", knFieldStopOffset, knFieldStopOffsets)
+	case c.start == offsetTimestamp && c.startMillis < 0:
+		return fmt.Errorf("field %s: timestamp needs %s", knFieldStartOffset, knFieldStartTimestamp)
+	case c.stop == offsetTimestamp && c.stopMillis < 0:
+		return fmt.Errorf("field %s: timestamp needs %s", knFieldStopOffset, knFieldStopTimestamp)
+	case c.stopAtHWM && c.stop != offsetLatest:
+		return fmt.Errorf("field %s: applies only to %s latest", knFieldStopAtHWM, knFieldStopOffset)
+	case c.maxBatchRecords < 1:
+		return fmt.Errorf("field %s: must be at least 1", knFieldMaxBatchRecords)
+	case c.maxBatchBytes < 1:
+		return fmt.Errorf("field %s: must be at least 1", knFieldMaxBatchBytes)
+	case c.maxPartitionBytes < 1:
+		return fmt.Errorf("field %s: must be at least 1", knFieldMaxPartitionBytes)
+	case c.maxBufferedBytes < 1:
+		return fmt.Errorf("field %s: must be at least 1", knFieldMaxBufferedBytes)
+	case c.commitPeriod <= 0:
+		return fmt.Errorf("field %s: must be positive", knFieldCommitPeriod)
+	case c.connectTimeout <= 0:
+		return fmt.Errorf("field %s: must be positive", knFieldConnectTimeout)
+	case c.idleProbeInterval <= 0:
+		return fmt.Errorf("field %s: must be positive", knFieldIdleProbeInterval)
+	}
+	for _, m := range []struct {
+		field string
+		offs  map[tp]int64
+	}{{knFieldStartOffsets, c.startOffsets}, {knFieldStopOffsets, c.stopOffsets}} {
+		for p := range m.offs {
+			ts, ok := c.topics[p.Topic]
+			if !ok || (!ts.all && !ts.partitions[p.Partition]) {
+				return fmt.Errorf("field %s: %s is not among the partitions read (field %s)", m.field, p, knFieldTopics)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,339 @@
+package input
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/internal/fatal"
+)
+
+// env is a cluster the scenarios run against: kfake (always) or Apache Kafka
+// (kafka_test files, when the broker's address is in the environment).
+type env struct {
+	name    string
+	brokers []string
+	cl      *kgo.Client
+	adm     *kadm.Client
+	fake    *kfake.Cluster // nil against a real broker
+}
+
+var seq atomic.Int64
+
+func newKfakeEnv(t testing.TB) *env {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	e := newEnv(t, "kfake", c.ListenAddrs())
+	e.fake = c
+	return e
+}
+
+func newEnv(t testing.TB, name string, brokers []string) *env {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	return &env{name: name, brokers: brokers, cl: cl, adm: kadm.NewClient(cl)}
+}
+
+var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
+
+// uniq returns a name unique to this test run.
+func uniq(t testing.TB, prefix string) string {
+	n := unsafeName.ReplaceAllString(t.Name(), "_")
+	if len(n) > 80 {
+		n = n[len(n)-80:]
+	}
+	return fmt.Sprintf("%s-%s-%d-%d", prefix, n, time.Now().UnixNano()%1e9, seq.Add(1))
+}
+
+// topic creates a topic explicitly (kfake's auto-created topics have 10
+// partitions and refuse transactional produce).
+func (e *env) topic(t testing.TB, partitions int32) string {
+	t.Helper()
+	name := uniq(t, "t")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := e.adm.CreateTopic(ctx, partitions, 1, nil, name)
+	require.NoError(t, err)
+	require.NoError(t, resp.Err)
+	// Wait until every partition has a leader and lists offsets.
+	wait(t, 20*time.Second, func() bool {
+		l, err := e.adm.ListEndOffsets(ctx, name)
+		if err != nil || l.Error() != nil {
+			return false
+		}
+		n := 0
+		l.Each(func(kadm.ListedOffset) { n++ })
+		return n == int(partitions)
+	})
+	return name
+}
+
+// produce writes values to one partition, one record batch per call of
+// produce (a nil value is a tombstone). It returns the offsets.
+func (e *env) produce(t testing.TB, topic string, partition int32, values ...[]byte) []int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for i, v := range values {
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: partition, Key: fmt.Appendf(nil, "k%d", i), Value: v})
+	}
+	res := e.cl.ProduceSync(ctx, recs...)
+	require.NoError(t, res.FirstErr())
+	var offs []int64
+	for _, r := range res {
+		offs = append(offs, r.Record.Offset)
+	}
+	return offs
+}
+
+func vals(prefix string, n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = fmt.Appendf(nil, "%s%d", prefix, i)
+	}
+	return out
+}
+
+// txn is a transactional producer; end(false) aborts.
+type txn struct {
+	t  testing.TB
+	cl *kgo.Client
+}
+
+func (e *env) beginTxn(t testing.TB) *txn {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.TransactionalID(uniq(t, "txn")), kgo.TransactionTimeout(60*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	require.NoError(t, cl.BeginTransaction())
+	return &txn{t: t, cl: cl}
+}
+
+func (x *txn) produce(topic string, partition int32, values ...[]byte) []int64 {
+	x.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for _, v := range values {
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: partition, Value: v})
+	}
+	res := x.cl.ProduceSync(ctx, recs...)
+	require.NoError(x.t, res.FirstErr())
+	var offs []int64
+	for _, r := range res {
+		offs = append(offs, r.Record.Offset)
+	}
+	return offs
+}
+
+func (x *txn) end(commit bool) {
+	x.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(x.t, x.cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)))
+}
+
+func (e *env) endOffset(t testing.TB, topic string, partition int32) int64 {
+	t.Helper()
+	l, err := e.adm.ListEndOffsets(context.Background(), topic)
+	require.NoError(t, err)
+	o, ok := l.Lookup(topic, partition)
+	require.True(t, ok)
+	return o.Offset
+}
+
+func (e *env) committed(t testing.TB, group, topic string, partition int32) int64 {
+	t.Helper()
+	resp, err := e.adm.FetchOffsets(context.Background(), group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return -1 // kfake, for a group that never committed
+	}
+	require.NoError(t, err)
+	o, ok := resp.Lookup(topic, partition)
+	if !ok || o.Err != nil {
+		return -1
+	}
+	return o.At
+}
+
+func (e *env) commit(t testing.TB, group, topic string, partition int32, at int64) {
+	t.Helper()
+	os := kadm.Offsets{}
+	os.AddOffset(topic, partition, at, -1)
+	resp, err := e.adm.CommitOffsets(context.Background(), group, os)
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+}
+
+func wait(t testing.TB, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// got is one emitted message.
+type got struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Value     string
+	Tombstone bool
+	Failed    bool
+}
+
+// harness drives one kafka_native input the way Benthos does: through the
+// auto-replay wrapper, Connect until it succeeds, then ReadBatch and acks.
+type harness struct {
+	t     testing.TB
+	e     *env
+	raw   *kafkaInput
+	in    service.BatchInput
+	fatal chan error
+}
+
+// newInput builds an input from YAML (seed_brokers is prepended).
+func (e *env) newInput(t testing.TB, yaml string) *harness {
+	t.Helper()
+	h := &harness{t: t, e: e, fatal: make(chan error, 1)}
+	restore := fatal.SetHandler(func(err error) {
+		select {
+		case h.fatal <- err:
+		default:
+		}
+	})
+	t.Cleanup(restore)
+	conf := fmt.Sprintf("seed_brokers: [ %s ]\n%s", strings.Join(e.brokers, ","), yaml)
+	pc, err := Spec().ParseYAML(conf, nil)
+	require.NoError(t, err)
+	h.raw, err = newInputFromParsed(pc, service.MockResources())
+	require.NoError(t, err)
+	h.in = service.AutoRetryNacksBatched(h.raw)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		require.NoError(t, h.in.Close(ctx))
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("Close took %v", d)
+		}
+	})
+	return h
+}
+
+func (h *harness) connect() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return h.in.Connect(ctx)
+}
+
+func (h *harness) mustConnect() {
+	h.t.Helper()
+	require.NoError(h.t, h.connect())
+}
+
+func toGot(b service.MessageBatch) []got {
+	var out []got
+	for _, m := range b {
+		v, _ := m.AsBytes()
+		g := got{Value: string(v), Failed: m.GetError() != nil}
+		mv, _ := m.MetaGetMut(metaTopic)
+		g.Topic, _ = mv.(string)
+		mv, _ = m.MetaGetMut(metaPartition)
+		p, _ := mv.(int64)
+		g.Partition = int32(p)
+		mv, _ = m.MetaGetMut(metaOffset)
+		g.Offset, _ = mv.(int64)
+		mv, _ = m.MetaGetMut(metaTombstone)
+		g.Tombstone, _ = mv.(bool)
+		out = append(out, g)
+	}
+	return out
+}
+
+// readAll reads and acks until the input ends, failing the test after d.
+func (h *harness) readAll(d time.Duration) []got {
+	h.t.Helper()
+	out, err := h.readUntilEnd(d)
+	require.NoError(h.t, err)
+	return out
+}
+
+func (h *harness) readUntilEnd(d time.Duration) ([]got, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var out []got
+	for {
+		b, ack, err := h.in.ReadBatch(ctx)
+		if errors.Is(err, service.ErrEndOfInput) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, toGot(b)...)
+		require.NoError(h.t, ack(ctx, nil))
+	}
+}
+
+// readN reads until n messages arrived, acking them.
+func (h *harness) readN(n int, d time.Duration) []got {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var out []got
+	for len(out) < n {
+		b, ack, err := h.in.ReadBatch(ctx)
+		require.NoError(h.t, err, "after %d of %d messages", len(out), n)
+		out = append(out, toGot(b)...)
+		require.NoError(h.t, ack(ctx, nil))
+	}
+	return out
+}
+
+func values(gs []got) []string {
+	var out []string
+	for _, g := range gs {
+		out = append(out, g.Value)
+	}
+	return out
+}
+
+func strs(vs [][]byte) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, string(v))
+	}
+	return out
+}
+
+// byPartition groups emitted values by partition, in emission order.
+func byPartition(gs []got) map[int32][]string {
+	out := map[int32][]string{}
+	for _, g := range gs {
+		out[g.Partition] = append(out[g.Partition], g.Value)
+	}
+	return out
+}

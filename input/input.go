@@ -1,0 +1,339 @@
+package input
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/Jeffail/shutdown"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/internal/fatal"
+)
+
+// closeTimeout bounds how long Close waits for the loops and a last commit.
+const closeTimeout = time.Second
+
+// kafkaInput is the kafka_native service.BatchInput.
+//
+// Connect runs the preflight (metadata, offset listings, the group's
+// offsets) under connect_timeout, resolves every partition's start and stop,
+// and starts two loops: the fetchLoop, which polls and hands batches to
+// ReadBatch through a channel, and the bookkeeper, which commits. ReadBatch
+// returns those batches with an ack function that acknowledges the batch's
+// span in the tracker; once a bounded read finished and everything was
+// acknowledged, it commits synchronously and returns service.ErrEndOfInput.
+type kafkaInput struct {
+	cfg *config
+	mgr *service.Resources
+	log *service.Logger
+	met *inputMetrics
+
+	// newCommitter builds the commit step once the admin client exists.
+	// It is the seam for an output that commits inside its transactions
+	// (see OffsetCommitter); nil without a consumer group.
+	newCommitter func(adm *kadm.Client) OffsetCommitter
+
+	mu           sync.Mutex
+	firstConnect time.Time
+	conn         *connection // nil until connected
+	closed       bool
+}
+
+// connection is everything Connect started; Close tears it down.
+type connection struct {
+	admCl     *kgo.Client
+	consumeCl *kgo.Client // nil if every partition was finished at start
+	tr        *tracker
+	book      *bookkeeper
+	prog      *progress
+	fetchShut *shutdown.Signaller
+	bookShut  *shutdown.Signaller
+	batches   chan readyBatch
+	done      chan struct{} // closed by the fetch loop at the end of a bounded read
+	failed    chan struct{} // closed on the first fatal error of this input
+	failOnce  sync.Once
+	failErr   error
+	ended     bool
+}
+
+func newInputFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*kafkaInput, error) {
+	cfg, err := configFromParsed(conf)
+	if err != nil {
+		return nil, err
+	}
+	in := &kafkaInput{cfg: cfg, mgr: mgr, log: mgr.Logger(), met: newInputMetrics(mgr.Metrics())}
+	if cfg.group != "" {
+		in.newCommitter = func(adm *kadm.Client) OffsetCommitter {
+			return &groupCommitter{adm: adm, group: cfg.group}
+		}
+	}
+	return in, nil
+}
+
+func (in *kafkaInput) Connect(ctx context.Context) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return ErrClosed
+	}
+	if in.conn != nil {
+		return nil
+	}
+	if err := fatal.Err(); err != nil {
+		return err
+	}
+	if in.firstConnect.IsZero() {
+		in.firstConnect = time.Now()
+	}
+	c, err := in.connect(ctx)
+	if err == nil {
+		in.conn = c
+		return nil
+	}
+	switch {
+	case isFatal(err):
+		return fatal.Raise(fmt.Errorf("kafka_native: %w", err))
+	case isUnknownTopic(err) && time.Since(in.firstConnect) > in.cfg.unknownTopicGrace:
+		return fatal.Raise(fmt.Errorf("kafka_native: %w (for longer than %s %v)", err, knFieldUnknownTopicGrace, in.cfg.unknownTopicGrace))
+	}
+	// A broker that is down, a leader election, a topic being created:
+	// Benthos retries Connect with backoff.
+	in.log.Warnf("Connecting: %v", err)
+	return err
+}
+
+func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
+	cfg := in.cfg
+	admCl, err := kgo.NewClient(cfg.conn.Opts()...)
+	if err != nil {
+		return nil, &ConfigError{Field: "seed_brokers", Err: err}
+	}
+	defer func() {
+		if err != nil {
+			admCl.Close()
+		}
+	}()
+	adm := kadm.NewClient(admCl)
+	pctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	defer cancel()
+	l, parts, err := cfg.list(pctx, adm)
+	if err != nil {
+		return nil, err
+	}
+	rctx := ctx
+	if !cfg.stopAtHWM {
+		rctx = pctx
+	}
+	plans, err := cfg.resolve(rctx, adm, l, parts)
+	if err != nil {
+		return nil, err
+	}
+
+	now := time.Now()
+	c := &connection{
+		admCl:     admCl,
+		tr:        newTracker(plans, now),
+		fetchShut: shutdown.NewSignaller(),
+		bookShut:  shutdown.NewSignaller(),
+		batches:   make(chan readyBatch, 4),
+		done:      make(chan struct{}),
+		failed:    make(chan struct{}),
+	}
+	consume := map[string]map[int32]kgo.Offset{}
+	for _, pp := range plans {
+		in.log.Debugf("Partition %s: start %d, stop %d (log start %d, end %d, committed %d)", pp.tp, pp.start, pp.stop, pp.logStart, pp.end, pp.committed)
+		if pp.stop != noStop && pp.start >= pp.stop {
+			continue
+		}
+		if consume[pp.Topic] == nil {
+			consume[pp.Topic] = map[int32]kgo.Offset{}
+		}
+		consume[pp.Topic][pp.Partition] = kgo.NewOffset().At(pp.start)
+	}
+	if len(consume) > 0 {
+		iso := kgo.ReadUncommitted()
+		if cfg.readCommitted {
+			iso = kgo.ReadCommitted()
+		}
+		opts := append(cfg.conn.Opts(),
+			kgo.ConsumePartitions(consume),
+			kgo.FetchIsolationLevel(iso),
+			// Markers take offsets: keep them so the position moves
+			// past them (they are dropped before emitting).
+			kgo.KeepControlRecords(),
+			kgo.FetchMaxPartitionBytes(cfg.maxPartitionBytes),
+			kgo.FetchMaxWait(500*time.Millisecond),
+			// Show UNKNOWN_TOPIC_OR_PARTITION, which kgo strips and
+			// retries silently by default, so that a deleted topic
+			// fails after the grace period.
+			kgo.KeepRetryableFetchErrors(),
+			// Our starts are exact and validated, so
+			// OFFSET_OUT_OF_RANGE means the log start moved past
+			// the position mid-read. kgo would resume at the log
+			// start silently; keep the error and measure the loss
+			// (fetchLoop.outOfRange).
+			kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		)
+		if c.consumeCl, err = kgo.NewClient(opts...); err != nil {
+			return nil, &ConfigError{Field: "seed_brokers", Err: err}
+		}
+	}
+	var committer OffsetCommitter
+	if in.newCommitter != nil {
+		committer = in.newCommitter(adm)
+	}
+	if cfg.bounded() {
+		c.prog = newProgress(in.log, plans, now)
+	}
+	c.book = &bookkeeper{cfg: cfg, tr: c.tr, committer: committer, met: in.met, log: in.log, shut: c.bookShut, prog: c.prog}
+	if c.consumeCl != nil {
+		loop := &fetchLoop{
+			cfg: cfg, cl: c.consumeCl, tr: c.tr, met: in.met, log: in.log,
+			shut: c.fetchShut, out: c.batches, done: c.done,
+			onFail:       func(err error) { c.fail(err) },
+			unknownSince: map[tp]time.Time{},
+			lastErrLog:   map[string]time.Time{},
+			probe:        &prober{cfg: cfg, cl: admCl, adm: adm, tr: c.tr, met: in.met, log: in.log},
+		}
+		go loop.run(context.Background())
+	} else {
+		close(c.done)
+		c.fetchShut.TriggerHasStopped()
+	}
+	go c.book.run(context.Background())
+	if cfg.bounded() {
+		total := int64(0)
+		if c.prog != nil {
+			total = c.prog.total
+		}
+		in.log.Infof("Reading %d partitions of %v to their stops (%d offsets)", len(plans), cfg.topicOrder, total)
+	} else {
+		in.log.Infof("Reading %d partitions of %v", len(plans), cfg.topicOrder)
+	}
+	return c, nil
+}
+
+// fail records the first fatal error of this connection and raises it.
+func (c *connection) fail(err error) {
+	c.failOnce.Do(func() {
+		c.failErr = fatal.Raise(fmt.Errorf("kafka_native: %w", err))
+		close(c.failed)
+	})
+}
+
+func (in *kafkaInput) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	in.mu.Lock()
+	c, closed := in.conn, in.closed
+	in.mu.Unlock()
+	if closed {
+		return nil, nil, ErrClosed
+	}
+	if c == nil {
+		return nil, nil, service.ErrNotConnected
+	}
+	select {
+	case <-c.failed:
+		return nil, nil, c.failErr
+	default:
+	}
+	if c.ended {
+		return nil, nil, service.ErrEndOfInput
+	}
+	select {
+	case b := <-c.batches:
+		return in.deliver(c, b)
+	case <-c.done:
+		// The loop closes done after its last send: drain first.
+		select {
+		case b := <-c.batches:
+			return in.deliver(c, b)
+		default:
+		}
+		return nil, nil, in.finish(ctx, c)
+	case <-c.failed:
+		return nil, nil, c.failErr
+	case <-c.fetchShut.SoftStopChan():
+		return nil, nil, ErrClosed
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+func (in *kafkaInput) deliver(c *connection, b readyBatch) (service.MessageBatch, service.AckFunc, error) {
+	return b.msgs, func(_ context.Context, err error) error {
+		if err != nil {
+			// Without the auto-replay wrapper a rejected batch
+			// would be lost; keep its span pending so that the
+			// committed offset never passes it.
+			in.log.Errorf("Batch of %s [%d, %d) rejected: %v; its offsets will not be committed", b.tp, b.sp.from, b.sp.to, err)
+			return nil
+		}
+		c.tr.ack(b.tp, b.sp)
+		return nil
+	}, nil
+}
+
+// finish ends a bounded read: it waits until every batch was acknowledged,
+// commits the stops synchronously, logs the summary and returns
+// service.ErrEndOfInput, or the fatal error of a final commit that failed.
+func (in *kafkaInput) finish(ctx context.Context, c *connection) error {
+	for !c.tr.allAcked() {
+		select {
+		case <-c.tr.changedChan():
+		case <-time.After(100 * time.Millisecond):
+		case <-c.failed:
+			return c.failErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := c.book.finalCommit(ctx); err != nil {
+		c.fail(err)
+		return c.failErr
+	}
+	in.met.publish(c.tr.snapshots())
+	if c.prog != nil {
+		c.prog.report(c.tr.snapshots(), true)
+	}
+	c.ended = true
+	return service.ErrEndOfInput
+}
+
+// Close stops the loops, commits what was acknowledged (best effort, within
+// the close timeout) and closes the clients. It returns within about a second.
+func (in *kafkaInput) Close(ctx context.Context) error {
+	in.mu.Lock()
+	c := in.conn
+	in.closed = true
+	in.conn = nil
+	in.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
+	defer cancel()
+	c.fetchShut.TriggerSoftStop()
+	c.bookShut.TriggerSoftStop()
+	if c.consumeCl != nil {
+		// Unblocks a PollFetches in flight.
+		defer c.consumeCl.Close()
+	}
+	for _, s := range []*shutdown.Signaller{c.fetchShut, c.bookShut} {
+		select {
+		case <-s.HasStoppedChan():
+		case <-ctx.Done():
+		}
+	}
+	if !c.ended {
+		if err := c.book.commit(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			in.log.Warnf("Committing offsets on close: %v", err)
+		}
+	}
+	c.admCl.Close()
+	return nil
+}

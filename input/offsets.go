@@ -1,0 +1,335 @@
+package input
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// noStop marks an unbounded partition.
+const noStop = -1
+
+// partPlan is what the resolution before the first fetch decided for one
+// partition. The start is exact: kgo is handed it with Offset.At and never
+// asked to resolve (or silently clamp) anything itself.
+type partPlan struct {
+	tp
+	start     int64
+	stop      int64 // noStop when unbounded
+	logStart  int64 // listed at start
+	end       int64 // the LSO under read_committed, the HWM otherwise
+	hwm       int64
+	committed int64 // the group's committed offset at start, -1 if none
+	leader    int32
+}
+
+// listing is what the admin API returned for the topics read.
+type listing struct {
+	meta      kadm.Metadata
+	logStarts kadm.ListedOffsets
+	hwms      kadm.ListedOffsets
+	lsos      kadm.ListedOffsets // nil under read_uncommitted
+	committed kadm.OffsetResponses
+}
+
+// partitionsOf returns the partitions read, in order, from the metadata.
+func (c *config) partitionsOf(meta kadm.Metadata) ([]tp, error) {
+	var out []tp
+	for _, topic := range c.topicOrder {
+		td, ok := meta.Topics[topic]
+		if !ok {
+			return nil, &UnknownTopicError{Topic: topic, Partition: -1, Err: kerr.UnknownTopicOrPartition}
+		}
+		if td.Err != nil {
+			if errors.Is(td.Err, kerr.UnknownTopicOrPartition) || errors.Is(td.Err, kerr.UnknownTopicID) {
+				return nil, &UnknownTopicError{Topic: topic, Partition: -1, Err: td.Err}
+			}
+			return nil, fmt.Errorf("topic %s metadata: %w", topic, td.Err)
+		}
+		sel := c.topics[topic]
+		if sel.all {
+			for _, pd := range td.Partitions.Sorted() {
+				out = append(out, tp{topic, pd.Partition})
+			}
+			continue
+		}
+		var ps []int32
+		for p := range sel.partitions {
+			if _, ok := td.Partitions[p]; !ok {
+				return nil, &UnknownTopicError{Topic: topic, Partition: p, Err: kerr.UnknownTopicOrPartition}
+			}
+			ps = append(ps, p)
+		}
+		sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+		for _, p := range ps {
+			out = append(out, tp{topic, p})
+		}
+	}
+	return out, nil
+}
+
+// list fetches metadata, log starts, end offsets and the group's offsets. It
+// is the preflight of Connect: a bad password, a denied ACL or a missing
+// topic fails here, before any fetch.
+func (c *config) list(ctx context.Context, adm *kadm.Client) (*listing, []tp, error) {
+	l := &listing{}
+	var err error
+	if l.meta, err = adm.Metadata(ctx, c.topicOrder...); err != nil {
+		return nil, nil, fmt.Errorf("metadata: %w", err)
+	}
+	parts, err := c.partitionsOf(l.meta)
+	if err != nil {
+		return nil, nil, err
+	}
+	if l.logStarts, err = listOK(adm.ListStartOffsets(ctx, c.topicOrder...)); err != nil {
+		return nil, nil, fmt.Errorf("listing log start offsets: %w", err)
+	}
+	if l.hwms, err = listOK(adm.ListEndOffsets(ctx, c.topicOrder...)); err != nil {
+		return nil, nil, fmt.Errorf("listing end offsets (high watermarks): %w", err)
+	}
+	if c.readCommitted {
+		// Despite its name, ListCommittedOffsets lists with
+		// read_committed isolation: it returns the last stable offset.
+		if l.lsos, err = listOK(adm.ListCommittedOffsets(ctx, c.topicOrder...)); err != nil {
+			return nil, nil, fmt.Errorf("listing last stable offsets: %w", err)
+		}
+	}
+	if c.group != "" {
+		l.committed, err = adm.FetchOffsetsForTopics(ctx, c.group, c.topicOrder...)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			// kfake answers GROUP_ID_NOT_FOUND for a group that
+			// never committed; Kafka answers with no offsets.
+			l.committed, err = kadm.OffsetResponses{}, nil
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("fetching the committed offsets of group %s: %w", c.group, err)
+		}
+		if err = l.committed.Error(); err != nil {
+			return nil, nil, fmt.Errorf("fetching the committed offsets of group %s: %w", c.group, err)
+		}
+	}
+	return l, parts, nil
+}
+
+// listOK folds the per-partition errors of a listing into its error.
+func listOK(l kadm.ListedOffsets, err error) (kadm.ListedOffsets, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l, l.Error()
+}
+
+func lookup(l kadm.ListedOffsets, p tp) (int64, error) {
+	o, ok := l.Lookup(p.Topic, p.Partition)
+	if !ok {
+		return 0, &UnknownTopicError{Topic: p.Topic, Partition: p.Partition, Err: kerr.UnknownTopicOrPartition}
+	}
+	if o.Err != nil {
+		return 0, fmt.Errorf("%s: %w", p, o.Err)
+	}
+	return o.Offset, nil
+}
+
+// resolve decides the start and stop of every partition read. Errors that no
+// retry fixes (reset none, a missing stop offset) are *ConfigError or
+// *OffsetResetError and are fatal; others are retried by Connect.
+func (c *config) resolve(ctx context.Context, adm *kadm.Client, l *listing, parts []tp) ([]*partPlan, error) {
+	var startTS, stopTS kadm.ListedOffsets
+	var err error
+	if c.start == offsetTimestamp {
+		if startTS, err = listOK(adm.ListOffsetsAfterMilli(ctx, c.startMillis, c.topicOrder...)); err != nil {
+			return nil, fmt.Errorf("listing offsets after %d ms: %w", c.startMillis, err)
+		}
+	}
+	if c.stop == offsetTimestamp {
+		if stopTS, err = listOK(adm.ListOffsetsAfterMilli(ctx, c.stopMillis, c.topicOrder...)); err != nil {
+			return nil, fmt.Errorf("listing offsets after %d ms: %w", c.stopMillis, err)
+		}
+	}
+	plans := make([]*partPlan, 0, len(parts))
+	for _, p := range parts {
+		pp := &partPlan{tp: p, committed: -1, stop: noStop, leader: -1}
+		if td, ok := l.meta.Topics[p.Topic]; ok {
+			pp.leader = td.Partitions[p.Partition].Leader
+		}
+		if pp.logStart, err = lookup(l.logStarts, p); err != nil {
+			return nil, err
+		}
+		if pp.hwm, err = lookup(l.hwms, p); err != nil {
+			return nil, err
+		}
+		pp.end = pp.hwm
+		if l.lsos != nil {
+			if pp.end, err = lookup(l.lsos, p); err != nil {
+				return nil, err
+			}
+		}
+		if l.committed != nil {
+			if o, ok := l.committed.Lookup(p.Topic, p.Partition); ok && o.Err == nil && o.At >= 0 {
+				pp.committed = o.At
+			}
+		}
+		if err := c.resolveStart(pp, startTS); err != nil {
+			return nil, err
+		}
+		if err := c.resolveStop(pp, stopTS); err != nil {
+			return nil, err
+		}
+		plans = append(plans, pp)
+	}
+	if c.stop == offsetLatest && c.stopAtHWM && c.readCommitted {
+		if err := c.waitForHWM(ctx, adm, plans); err != nil {
+			return nil, err
+		}
+	}
+	return plans, nil
+}
+
+func (c *config) resolveStart(pp *partPlan, startTS kadm.ListedOffsets) error {
+	var (
+		want   int64 = -1
+		reason string
+	)
+	switch c.start {
+	case offsetEarliest:
+		pp.start = pp.logStart
+		return nil
+	case offsetLatest:
+		pp.start = pp.end
+		return nil
+	case offsetTimestamp:
+		o, err := lookup(startTS, pp.tp)
+		if err != nil {
+			return err
+		}
+		if o < 0 || o > pp.end {
+			o = pp.end
+		}
+		pp.start = o
+		return nil
+	case offsetCommitted:
+		want, reason = pp.committed, "no committed offset"
+	case offsetSpecific:
+		o, ok := c.startOffsets[pp.tp]
+		if ok {
+			want = o
+		}
+		reason = "no offset in " + knFieldStartOffsets
+	}
+	if want >= 0 {
+		if want >= pp.logStart && want <= pp.hwm {
+			pp.start = want
+			return nil
+		}
+		reason = fmt.Sprintf("offset %d is outside the log [%d, %d]", want, pp.logStart, pp.hwm)
+	}
+	switch c.reset {
+	case offsetEarliest:
+		pp.start = pp.logStart
+	case offsetLatest:
+		pp.start = pp.end
+	default:
+		return &OffsetResetError{TP: pp.tp, Start: c.start, Reason: reason}
+	}
+	return nil
+}
+
+func (c *config) resolveStop(pp *partPlan, stopTS kadm.ListedOffsets) error {
+	switch c.stop {
+	case offsetNone:
+		pp.stop = noStop
+	case offsetLatest:
+		pp.stop = pp.end
+		if c.stopAtHWM {
+			pp.stop = pp.hwm
+		}
+	case offsetTimestamp:
+		o, err := lookup(stopTS, pp.tp)
+		if err != nil {
+			return err
+		}
+		if o < 0 || o > pp.end {
+			o = pp.end
+		}
+		pp.stop = o
+	case offsetSpecific:
+		o, ok := c.stopOffsets[pp.tp]
+		if !ok {
+			return &ConfigError{Field: knFieldStopOffsets, Err: fmt.Errorf("no stop offset for %s", pp.tp)}
+		}
+		pp.stop = o
+	}
+	return nil
+}
+
+// waitForHWM waits until the last stable offset of every partition reached its
+// stop (the high watermark captured at start), that is until the transactions
+// open below the stops ended. On timeout the error names the producers whose
+// open transactions block.
+func (c *config) waitForHWM(ctx context.Context, adm *kadm.Client, plans []*partPlan) error {
+	deadline := time.Now().Add(c.hwmWaitTimeout)
+	for {
+		lsos, err := listOK(adm.ListCommittedOffsets(ctx, c.topicOrder...))
+		if err != nil {
+			return fmt.Errorf("listing last stable offsets: %w", err)
+		}
+		var blocked []*partPlan
+		for _, pp := range plans {
+			lso, err := lookup(lsos, pp.tp)
+			if err != nil {
+				return err
+			}
+			if lso < pp.stop && pp.start < pp.stop {
+				blocked = append(blocked, pp)
+			}
+		}
+		if len(blocked) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return &OpenTransactionError{Waited: c.hwmWaitTimeout, Blocking: describeBlocking(ctx, adm, blocked)}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// describeBlocking names the producers with an open transaction below the
+// stops, best effort.
+func describeBlocking(ctx context.Context, adm *kadm.Client, blocked []*partPlan) string {
+	set := kadm.TopicsSet{}
+	for _, pp := range blocked {
+		if set[pp.Topic] == nil {
+			set[pp.Topic] = map[int32]struct{}{}
+		}
+		set[pp.Topic][pp.Partition] = struct{}{}
+	}
+	described, err := adm.DescribeProducers(ctx, set)
+	var out []string
+	for _, pp := range blocked {
+		s := fmt.Sprintf("%s below stop %d", pp.tp, pp.stop)
+		if err == nil {
+			described.EachPartition(func(dp kadm.DescribedProducersPartition) {
+				if dp.Topic != pp.Topic || dp.Partition != pp.Partition {
+					return
+				}
+				dp.ActiveProducers.Each(func(d kadm.DescribedProducer) {
+					if d.CurrentTxnStartOffset >= 0 && d.CurrentTxnStartOffset < pp.stop {
+						s += fmt.Sprintf(" (producer id %d epoch %d, transaction open since offset %d)", d.ProducerID, d.ProducerEpoch, d.CurrentTxnStartOffset)
+					}
+				})
+			})
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "; ")
+}

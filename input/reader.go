@@ -1,0 +1,391 @@
+package input
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/Jeffail/shutdown"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Metadata keys set on every message.
+const (
+	metaKey       = "kafka_key"
+	metaTopic     = "kafka_topic"
+	metaPartition = "kafka_partition"
+	metaOffset    = "kafka_offset"
+	metaTimestamp = "kafka_timestamp_ms"
+	metaTombstone = "kafka_tombstone_message"
+)
+
+// pollTimeout bounds one PollFetches so that the loop re-evaluates pauses and
+// probes even when every partition is paused or idle (PollFetches blocks
+// until data arrives or its context ends).
+const pollTimeout = 250 * time.Millisecond
+
+// readyBatch is one Benthos batch: records of one fetch of one partition, cut
+// at the batch caps, with the span to acknowledge.
+type readyBatch struct {
+	msgs service.MessageBatch
+	tp   tp
+	sp   *span
+}
+
+// fetchLoop is the one goroutine that polls the consumer client. It turns
+// fetches into batches (dropping control records, applying the tombstone
+// policy, cutting at the stops), tracks positions, pauses partitions that are
+// finished or hold too many unacknowledged bytes, probes idle partitions below
+// their stops, and classifies fetch errors. It is stopped through shut (soft
+// stop) and signals has-stopped when it returns.
+type fetchLoop struct {
+	cfg    *config
+	cl     *kgo.Client
+	tr     *tracker
+	probe  *prober
+	met    *inputMetrics
+	log    *service.Logger
+	shut   *shutdown.Signaller
+	out    chan<- readyBatch
+	done   chan<- struct{} // closed once every partition is finished and its batches were sent
+	onFail func(error)     // raises a fatal error
+
+	unknownSince map[tp]time.Time
+	lastErrLog   map[string]time.Time
+}
+
+func (f *fetchLoop) run(ctx context.Context) {
+	defer f.shut.TriggerHasStopped()
+	ctx, cancel := f.shut.SoftStopCtx(ctx)
+	defer cancel()
+
+	for {
+		if f.cfg.bounded() && f.tr.allFinished() {
+			close(f.done)
+			return
+		}
+		f.flowControl()
+		pollCtx, pollCancel := context.WithTimeout(ctx, pollTimeout)
+		fetches := f.cl.PollFetches(pollCtx)
+		pollCancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err := f.handleErrors(ctx, fetches); err != nil {
+			f.onFail(err)
+			return
+		}
+		now := time.Now()
+		var stopped bool
+		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			if stopped || len(ftp.Records) == 0 {
+				return
+			}
+			p := tp{ftp.Topic, ftp.Partition}
+			if _, ok := f.tr.parts[p]; !ok {
+				return
+			}
+			end := ftp.HighWatermark
+			if f.cfg.readCommitted {
+				end = ftp.LastStableOffset
+			}
+			f.tr.update(p, func(ps *partState) {
+				if end > ps.end {
+					ps.end = end
+				}
+			})
+			delete(f.unknownSince, p)
+			if !f.process(ctx, p, ftp.Records, now) {
+				stopped = true
+			}
+		})
+		if stopped {
+			return
+		}
+		if f.cfg.bounded() {
+			if err := f.probeIdle(ctx, now); err != nil {
+				f.onFail(err)
+				return
+			}
+		}
+	}
+}
+
+// process turns one partition's fetched records into batches. It returns
+// false if the loop was stopped while handing a batch over.
+func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now time.Time) bool {
+	pos, stop, finished := f.tr.position(p)
+	if finished {
+		return true
+	}
+	var (
+		msgs    service.MessageBatch
+		bytes   int64
+		last    int64 = -1
+		inBytes int64
+	)
+	flush := func(to int64) bool {
+		if to < 0 {
+			return true
+		}
+		pending := len(msgs) > 0
+		sp := f.tr.advance(p, to, bytes, pending, now)
+		if pending && sp != nil {
+			f.tr.update(p, func(ps *partState) { ps.emitted += int64(len(msgs)) })
+			if !f.send(ctx, readyBatch{msgs: msgs, tp: p, sp: sp}) {
+				return false
+			}
+		}
+		msgs, bytes, last = nil, 0, -1
+		return true
+	}
+	for _, r := range recs {
+		if r.Offset < pos {
+			// Already accounted for: a probe advanced past it.
+			continue
+		}
+		if stop != noStop && r.Offset >= stop {
+			// kgo returns whole batches: whatever lies at or beyond
+			// the stop is not ours, and proves [pos, stop) holds
+			// nothing more.
+			if !flush(last) {
+				return false
+			}
+			f.tr.advance(p, stop, 0, false, now)
+			break
+		}
+		size := int64(len(r.Key) + len(r.Value))
+		inBytes += size
+		if len(msgs) > 0 && (len(msgs) >= f.cfg.maxBatchRecords || bytes+size > int64(f.cfg.maxBatchBytes)) {
+			if !flush(last) {
+				return false
+			}
+		}
+		last = r.Offset + 1
+		pos = last
+		if r.Attrs.IsControl() {
+			// Transaction markers take an offset and carry no
+			// application data; kept (KeepControlRecords) only so
+			// that the position moves past them.
+			continue
+		}
+		if r.Value == nil && f.cfg.tombstones == tombstonesDrop {
+			continue
+		}
+		msgs = append(msgs, f.toMessage(r))
+		bytes += size
+	}
+	f.met.bytesIn(p, inBytes)
+	return flush(last)
+}
+
+// send hands a batch to ReadBatch. While downstream is slow it keeps applying
+// flow control, so that the partitions over their bound are paused even while
+// the loop waits here (kgo keeps fetching for unpaused partitions meanwhile).
+func (f *fetchLoop) send(ctx context.Context, b readyBatch) bool {
+	tick := time.NewTicker(pollTimeout)
+	defer tick.Stop()
+	for {
+		select {
+		case f.out <- b:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+			f.flowControl()
+		}
+	}
+}
+
+func (f *fetchLoop) toMessage(r *kgo.Record) *service.Message {
+	tomb := r.Value == nil
+	msg := service.NewMessage(r.Value)
+	msg.MetaSetMut(metaKey, string(r.Key))
+	msg.MetaSetMut(metaTopic, r.Topic)
+	msg.MetaSetMut(metaPartition, int64(r.Partition))
+	msg.MetaSetMut(metaOffset, r.Offset)
+	msg.MetaSetMut(metaTimestamp, r.Timestamp.UnixMilli())
+	msg.MetaSetMut(metaTombstone, tomb)
+	for _, h := range r.Headers {
+		msg.MetaSetMut(h.Key, string(h.Value))
+	}
+	if tomb && f.cfg.tombstones == tombstonesFail {
+		msg.SetError(fmt.Errorf("tombstone (null value) at %s:%d offset %d", r.Topic, r.Partition, r.Offset))
+	}
+	return msg
+}
+
+// flowControl pauses finished partitions (so kgo stops fetching past their
+// stops) and partitions whose unacknowledged bytes exceed the bound, and
+// resumes the latter once acks brought them below it. kgo drops the buffered
+// data of a paused partition and fetches it again on resume, from its own
+// cursor, so nothing is lost.
+func (f *fetchLoop) flowControl() {
+	pause := map[string][]int32{}
+	resume := map[string][]int32{}
+	f.tr.mu.Lock()
+	for _, p := range f.tr.order {
+		ps := f.tr.parts[p]
+		want := ps.finished || ps.unackedBytes > f.cfg.maxBufferedBytes
+		switch {
+		case want && !ps.paused:
+			pause[p.Topic] = append(pause[p.Topic], p.Partition)
+			ps.paused = true
+		case !want && ps.paused:
+			resume[p.Topic] = append(resume[p.Topic], p.Partition)
+			ps.paused = false
+		}
+	}
+	f.tr.mu.Unlock()
+	if len(pause) > 0 {
+		f.cl.PauseFetchPartitions(pause)
+	}
+	if len(resume) > 0 {
+		f.cl.ResumeFetchPartitions(resume)
+	}
+}
+
+// handleErrors classifies fetch errors: fatal ones are returned, an unknown
+// topic is fatal once it outlived the grace period, data loss is fatal under
+// reset none and a counted warning otherwise, and the rest is retried by kgo
+// and logged at most every few seconds per kind.
+func (f *fetchLoop) handleErrors(ctx context.Context, fetches kgo.Fetches) error {
+	var (
+		fatalErr   error
+		outOfRange = map[tp]bool{}
+	)
+	fetches.EachError(func(topic string, partition int32, err error) {
+		if fatalErr != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrClientClosed) {
+			return
+		}
+		p := tp{topic, partition}
+		var loss *kgo.ErrDataLoss
+		switch {
+		case isFatal(err):
+			fatalErr = fmt.Errorf("fetching %s: %w", p, err)
+		case errors.Is(err, kerr.OffsetOutOfRange):
+			outOfRange[p] = true
+		case isUnknownTopic(err):
+			first, ok := f.unknownSince[p]
+			if !ok {
+				f.unknownSince[p] = time.Now()
+			} else if time.Since(first) > f.cfg.unknownTopicGrace {
+				fatalErr = &UnknownTopicError{Topic: topic, Partition: partition, Err: err}
+				fatalErr = &ConfigError{Field: knFieldTopics, Err: fatalErr}
+			}
+		case errors.As(err, &loss):
+			dl := &DataLossError{TP: p, From: loss.ResetTo, To: loss.ConsumedTo}
+			f.met.dataLoss(p, loss.ConsumedTo-loss.ResetTo)
+			if f.cfg.reset == offsetNone {
+				fatalErr = &ConfigError{Field: knFieldResetOffset, Err: dl}
+				return
+			}
+			f.log.Warnf("%v; continuing from offset %d", dl, loss.ResetTo)
+		default:
+			key := strconv.Quote(err.Error())
+			if t, ok := f.lastErrLog[key]; !ok || time.Since(t) > 10*time.Second {
+				f.lastErrLog[key] = time.Now()
+				f.log.Debugf("Retriable fetch error on %s: %v", p, err)
+			}
+		}
+	})
+	if fatalErr != nil {
+		return fatalErr
+	}
+	for p := range outOfRange {
+		if err := f.outOfRange(ctx, p); err != nil {
+			if isFatal(err) {
+				return err
+			}
+			f.log.Debugf("Handling OFFSET_OUT_OF_RANGE on %s: %v", p, err)
+		}
+	}
+	return nil
+}
+
+// outOfRange handles OFFSET_OUT_OF_RANGE. Starts are exact and validated, so
+// it means the log start moved past the position while reading (retention,
+// DeleteRecords) or the log was truncated below it. The client runs with
+// NoResetOffset, which keeps the error rather than resetting silently (its
+// resets log a warning at most and, below the log start, report nothing), so
+// the loss is measured here: fatal under reset_offset none, counted and logged
+// otherwise, and the consumer is moved to the log start (or, after a
+// truncation, to the end).
+func (f *fetchLoop) outOfRange(ctx context.Context, p tp) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	pos, stop, finished := f.tr.position(p)
+	if finished {
+		return nil
+	}
+	starts, err := listOK(f.probe.adm.ListStartOffsets(ctx, p.Topic))
+	if err != nil {
+		return err
+	}
+	ends, err := listOK(f.probe.adm.ListEndOffsets(ctx, p.Topic))
+	if err != nil {
+		return err
+	}
+	logStart, err := lookup(starts, p)
+	if err != nil {
+		return err
+	}
+	hwm, err := lookup(ends, p)
+	if err != nil {
+		return err
+	}
+	to := pos
+	switch {
+	case pos < logStart:
+		to = logStart
+		if stop != noStop {
+			to = min(to, stop)
+		}
+		dl := &DataLossError{TP: p, From: pos, To: to}
+		f.met.dataLoss(p, to-pos)
+		f.tr.update(p, func(ps *partState) { ps.lost += to - pos })
+		if f.cfg.reset == offsetNone {
+			return &ConfigError{Field: knFieldResetOffset, Err: dl}
+		}
+		f.log.Warnf("%v; continuing from offset %d", dl, to)
+		f.tr.advance(p, to, 0, false, time.Now())
+	case pos > hwm:
+		dl := fmt.Errorf("partition %s: the log was truncated to %d below the position %d (unclean leader election?)", p, hwm, pos)
+		if f.cfg.reset == offsetNone {
+			return &ConfigError{Field: knFieldResetOffset, Err: dl}
+		}
+		f.log.Warnf("%v; continuing from offset %d without re-reading", dl, hwm)
+		to = hwm
+	default:
+		return nil // in range again (a leader change); kgo retries
+	}
+	f.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.Topic: {p.Partition: {Epoch: -1, Offset: to}}})
+	return nil
+}
+
+// probeIdle probes the partitions below their stops that delivered nothing
+// for idle_probe_interval. See prober.
+func (f *fetchLoop) probeIdle(ctx context.Context, now time.Time) error {
+	for _, s := range f.tr.snapshots() {
+		if s.finished || s.stop == noStop || s.position >= s.stop || now.Sub(s.lastAdvance) < f.cfg.idleProbeInterval {
+			continue
+		}
+		if err := f.probe.probe(ctx, s.tp); err != nil {
+			if isFatal(err) {
+				return err
+			}
+			f.log.Debugf("Probing the position of %s: %v", s.tp, err)
+		}
+		// Probed or not, wait another interval before the next probe.
+		f.tr.update(s.tp, func(ps *partState) {
+			if ps.lastAdvance.Equal(s.lastAdvance) {
+				ps.lastAdvance = now
+			}
+		})
+	}
+	return nil
+}

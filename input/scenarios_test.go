@@ -1,0 +1,598 @@
+package input
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The scenarios of shared/design/native-input.md. Each runs against kfake
+// (TestScenariosKfake) and, in scenarios_kafka_test.go, against Apache Kafka
+// when its address is in the environment.
+var scenarios = []struct {
+	name string
+	fn   func(t *testing.T, e *env)
+}{
+	{"BoundedMultiPartition", scenarioBoundedMultiPartition},
+	{"StartEqualsStop", scenarioStartEqualsStop},
+	{"NoOvershoot", scenarioNoOvershoot},
+	{"AbortedTxnMarkerAtTail", scenarioAbortedTxnMarkerAtTail},
+	{"CommittedTxnMarkerAtTail", scenarioCommittedTxnMarkerAtTail},
+	{"AbortedBelowLSOMarkerAboveOpenTxn", scenarioAbortedBelowLSOMarkerAboveOpenTxn},
+	{"OpenTxnAtTailLSO", scenarioOpenTxnAtTailLSO},
+	{"OpenTxnAtTailHWMWaitTimeout", scenarioOpenTxnAtTailHWMWaitTimeout},
+	{"OpenTxnAtTailHWMWaitCommits", scenarioOpenTxnAtTailHWMWaitCommits},
+	{"LogStartPastStopWhileIdle", scenarioLogStartPastStopWhileIdle},
+	{"LogStartPastStopResetNone", scenarioLogStartPastStopResetNone},
+	{"TombstonesEmit", scenarioTombstonesEmit},
+	{"TombstonesDrop", scenarioTombstonesDrop},
+	{"TombstonesFail", scenarioTombstonesFail},
+	{"CommittedStartResets", scenarioCommittedStartResets},
+	{"NackedBatchReplayedNeverCommittedPast", scenarioNackReplay},
+	{"UnboundedMultiPartition", scenarioUnboundedMultiPartition},
+	{"PauseResumeUnderBackpressure", scenarioBackpressure},
+	{"UnknownTopic", scenarioUnknownTopic},
+	{"RestoreFromCommitted", scenarioRestore},
+}
+
+func TestScenariosKfake(t *testing.T) {
+	for _, s := range scenarios {
+		t.Run(s.name, func(t *testing.T) { s.fn(t, newKfakeEnv(t)) })
+	}
+}
+
+const readTimeout = 30 * time.Second
+
+func scenarioBoundedMultiPartition(t *testing.T, e *env) {
+	topic := e.topic(t, 3)
+	p0 := vals("a", 5)
+	for _, v := range p0 {
+		e.produce(t, topic, 0, v) // one record batch each
+	}
+	p2 := vals("c", 3)
+	e.produce(t, topic, 2, p2...)
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+stop_offset: latest
+max_batch_records: 2
+commit_period: 50ms
+`, topic, group))
+	h.mustConnect()
+	gs := h.readAll(readTimeout)
+	bp := byPartition(gs)
+	assert.Equal(t, strs(p0), bp[0])
+	assert.Empty(t, bp[1])
+	assert.Equal(t, strs(p2), bp[2])
+	for _, g := range gs {
+		assert.Equal(t, topic, g.Topic)
+	}
+	// Offsets are committed before the input ends: lag 0.
+	assert.Equal(t, int64(5), e.committed(t, group, topic, 0))
+	assert.Equal(t, int64(0), e.committed(t, group, topic, 1))
+	assert.Equal(t, int64(3), e.committed(t, group, topic, 2))
+}
+
+func scenarioStartEqualsStop(t *testing.T, e *env) {
+	topic := e.topic(t, 2)
+	e.produce(t, topic, 0, vals("a", 5)...)
+	e.produce(t, topic, 1, vals("b", 5)...)
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+start_offset: specific
+start_offsets: { "%[1]s:0": 2, "%[1]s:1": 4 }
+stop_offset: specific
+stop_offsets: { "%[1]s:0": 2, "%[1]s:1": 5 }
+`, topic))
+	h.mustConnect()
+	gs := h.readAll(readTimeout)
+	assert.Equal(t, []string{"b4"}, values(gs))
+}
+
+func scenarioNoOvershoot(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 3)...)
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+stop_offset: latest
+`, topic))
+	h.mustConnect() // captures latest = 3
+	e.produce(t, topic, 0, vals("late", 3)...)
+	assert.Equal(t, strs(vals("a", 3)), values(h.readAll(readTimeout)))
+}
+
+func scenarioAbortedTxnMarkerAtTail(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 3)...)
+	x := e.beginTxn(t)
+	x.produce(topic, 0, vals("aborted", 2)...)
+	x.end(false)
+	end := e.endOffset(t, topic, 0)
+	require.Equal(t, int64(6), end, "3 records, 2 aborted, 1 ABORT marker")
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+stop_offset: latest
+`, topic, group))
+	h.mustConnect()
+	assert.Equal(t, strs(vals("a", 3)), values(h.readAll(readTimeout)))
+	assert.Equal(t, end, e.committed(t, group, topic, 0), "a finished partition commits its stop: lag 0 behind the marker")
+}
+
+func scenarioCommittedTxnMarkerAtTail(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	x := e.beginTxn(t)
+	x.produce(topic, 0, vals("t", 2)...)
+	x.end(true)
+	end := e.endOffset(t, topic, 0)
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+stop_offset: latest
+`, topic, group))
+	h.mustConnect()
+	assert.Equal(t, []string{"a0", "a1", "t0", "t1"}, values(h.readAll(readTimeout)))
+	assert.Equal(t, end, e.committed(t, group, topic, 0))
+}
+
+// Aborted records below the LSO whose ABORT marker sits above another
+// producer's open transaction: nothing is delivered for them, so only the
+// probe can finish the partition.
+func scenarioAbortedBelowLSOMarkerAboveOpenTxn(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	a := e.beginTxn(t)
+	a.produce(topic, 0, vals("aborted", 2)...) // 2, 3
+	b := e.beginTxn(t)
+	bOffs := b.produce(topic, 0, []byte("open")) // 4
+	a.end(false)                                 // marker at 5, above the LSO 4
+	t.Cleanup(func() { b.end(false) })
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+stop_offset: latest
+idle_probe_interval: 300ms
+`, topic, group))
+	h.mustConnect()
+	assert.Equal(t, strs(vals("a", 2)), values(h.readAll(readTimeout)))
+	assert.Equal(t, bOffs[0], e.committed(t, group, topic, 0), "the stop is the LSO, the open transaction's first offset")
+}
+
+func scenarioOpenTxnAtTailLSO(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	x := e.beginTxn(t)
+	x.produce(topic, 0, vals("open", 2)...)
+	t.Cleanup(func() { x.end(false) })
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+stop_offset: latest
+`, topic, group))
+	h.mustConnect()
+	start := time.Now()
+	assert.Equal(t, strs(vals("a", 2)), values(h.readAll(readTimeout)))
+	assert.Less(t, time.Since(start), 10*time.Second, "the LSO stop does not wait for the open transaction")
+	assert.Equal(t, int64(2), e.committed(t, group, topic, 0))
+}
+
+func scenarioOpenTxnAtTailHWMWaitTimeout(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	x := e.beginTxn(t)
+	x.produce(topic, 0, vals("open", 2)...)
+	t.Cleanup(func() { x.end(false) })
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+stop_offset: latest
+stop_at_high_watermark: true
+high_watermark_wait_timeout: 1s
+`, topic))
+	err := h.connect()
+	require.Error(t, err)
+	var ot *OpenTransactionError
+	require.ErrorAs(t, err, &ot)
+	assert.Contains(t, err.Error(), topic+":0 below stop 4")
+	select {
+	case ferr := <-h.fatal:
+		assert.ErrorAs(t, ferr, &ot)
+	case <-time.After(time.Second):
+		t.Fatal("the fatal handler was not called")
+	}
+}
+
+func scenarioOpenTxnAtTailHWMWaitCommits(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	x := e.beginTxn(t)
+	x.produce(topic, 0, vals("t", 2)...)
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+stop_offset: latest
+stop_at_high_watermark: true
+high_watermark_wait_timeout: 20s
+`, topic))
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		x.end(true)
+	}()
+	h.mustConnect()
+	e.produce(t, topic, 0, []byte("late"))
+	assert.Equal(t, []string{"a0", "a1", "t0", "t1"}, values(h.readAll(readTimeout)))
+}
+
+// deleteRecords moves the log start of a partition to at.
+func (e *env) deleteRecords(t testing.TB, topic string, partition int32, at int64) {
+	t.Helper()
+	os := kadm.Offsets{}
+	os.AddOffset(topic, partition, at, -1)
+	resp, err := e.adm.DeleteRecords(context.Background(), os)
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+}
+
+// The log start moves past the stop while the partition waits (here: paused
+// by backpressure, nothing acknowledged): the deleted range is data loss,
+// reported, and the partition finishes at its stop.
+func scenarioLogStartPastStopWhileIdle(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	for _, v := range vals("a", 3) {
+		e.produce(t, topic, 0, v)
+	}
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+stop_offset: specific
+stop_offsets: { "%s:0": 8 }
+max_batch_records: 1
+max_buffered_bytes_per_partition: 1
+fetch_max_partition_bytes: 1
+idle_probe_interval: 300ms
+`, topic, topic))
+	h.mustConnect()
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	b, ack, err := h.in.ReadBatch(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a0"}, values(toGot(b)))
+	wait(t, 10*time.Second, func() bool { return h.raw.conn.tr.snapshots()[0].paused })
+	for _, v := range vals("b", 7) {
+		e.produce(t, topic, 0, v) // offsets 3..9
+	}
+	e.deleteRecords(t, topic, 0, 9)
+	require.NoError(t, ack(ctx, nil))
+	rest, err := h.readUntilEnd(readTimeout)
+	require.NoError(t, err)
+	// Up to two records may have been fetched before the pause took
+	// effect; everything from 3 on was deleted before it was read.
+	for _, g := range rest {
+		assert.Less(t, g.Offset, int64(3))
+	}
+	s := h.raw.conn.tr.snapshots()[0]
+	assert.Equal(t, int64(8), s.position)
+	assert.GreaterOrEqual(t, s.lost, int64(5))
+}
+
+func scenarioLogStartPastStopResetNone(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	for _, v := range vals("a", 3) {
+		e.produce(t, topic, 0, v)
+	}
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+start_offset: specific
+start_offsets: { "%s:0": 0 }
+reset_offset: none
+stop_offset: specific
+stop_offsets: { "%s:0": 8 }
+max_batch_records: 1
+max_buffered_bytes_per_partition: 1
+fetch_max_partition_bytes: 1
+idle_probe_interval: 300ms
+`, topic, topic, topic))
+	h.mustConnect()
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	_, ack, err := h.in.ReadBatch(ctx)
+	require.NoError(t, err)
+	wait(t, 10*time.Second, func() bool { return h.raw.conn.tr.snapshots()[0].paused })
+	for _, v := range vals("b", 7) {
+		e.produce(t, topic, 0, v)
+	}
+	e.deleteRecords(t, topic, 0, 9)
+	require.NoError(t, ack(ctx, nil))
+	_, err = h.readUntilEnd(readTimeout)
+	var dl *DataLossError
+	require.ErrorAs(t, err, &dl)
+	select {
+	case <-h.fatal:
+	case <-time.After(time.Second):
+		t.Fatal("data loss under reset none did not raise a fatal error")
+	}
+}
+
+// tombstoneTopic writes a, tombstone, empty (not null), b, tombstone (tail).
+func tombstoneTopic(t *testing.T, e *env) string {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, []byte("a"), nil, []byte{}, []byte("b"), nil)
+	return topic
+}
+
+func scenarioTombstonesEmit(t *testing.T, e *env) {
+	topic := tombstoneTopic(t, e)
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\n", topic, group))
+	h.mustConnect()
+	gs := h.readAll(readTimeout)
+	require.Len(t, gs, 5)
+	assert.Equal(t, []string{"a", "", "", "b", ""}, values(gs))
+	var tombs []bool
+	for _, g := range gs {
+		tombs = append(tombs, g.Tombstone)
+		assert.False(t, g.Failed)
+	}
+	assert.Equal(t, []bool{false, true, false, false, true}, tombs)
+	assert.Equal(t, int64(5), e.committed(t, group, topic, 0))
+}
+
+func scenarioTombstonesDrop(t *testing.T, e *env) {
+	topic := tombstoneTopic(t, e)
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\ntombstones: drop\n", topic, group))
+	h.mustConnect()
+	gs := h.readAll(readTimeout)
+	assert.Equal(t, []string{"a", "", "b"}, values(gs))
+	assert.Equal(t, int64(5), e.committed(t, group, topic, 0), "a dropped tombstone at the tail still advances the offset")
+}
+
+func scenarioTombstonesFail(t *testing.T, e *env) {
+	topic := tombstoneTopic(t, e)
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nstop_offset: latest\ntombstones: fail\n", topic))
+	h.mustConnect()
+	gs := h.readAll(readTimeout)
+	require.Len(t, gs, 5)
+	var failed []bool
+	for _, g := range gs {
+		failed = append(failed, g.Failed)
+	}
+	assert.Equal(t, []bool{false, true, false, false, true}, failed)
+}
+
+func scenarioCommittedStartResets(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 5)...)
+	run := func(t *testing.T, group, reset string) ([]string, error) {
+		h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+start_offset: committed
+reset_offset: %s
+stop_offset: latest
+`, topic, group, reset))
+		if err := h.connect(); err != nil {
+			return nil, err
+		}
+		gs, err := h.readUntilEnd(readTimeout)
+		return values(gs), err
+	}
+	t.Run("committed", func(t *testing.T) {
+		g := uniq(t, "g")
+		e.commit(t, g, topic, 0, 2)
+		got, err := run(t, g, "none")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a2", "a3", "a4"}, got)
+	})
+	for _, outOfRange := range []bool{false, true} {
+		prep := func(t *testing.T) string {
+			g := uniq(t, "g")
+			if outOfRange {
+				e.commit(t, g, topic, 0, 100)
+			}
+			return g
+		}
+		name := "none committed"
+		if outOfRange {
+			name = "out of range"
+		}
+		t.Run(name+"/earliest", func(t *testing.T) {
+			got, err := run(t, prep(t), "earliest")
+			require.NoError(t, err)
+			assert.Equal(t, strs(vals("a", 5)), got)
+		})
+		t.Run(name+"/latest", func(t *testing.T) {
+			got, err := run(t, prep(t), "latest")
+			require.NoError(t, err)
+			assert.Empty(t, got)
+		})
+		t.Run(name+"/none", func(t *testing.T) {
+			_, err := run(t, prep(t), "none")
+			var re *OffsetResetError
+			require.ErrorAs(t, err, &re)
+			assert.Contains(t, err.Error(), topic+":0")
+		})
+	}
+}
+
+func scenarioNackReplay(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 6)...)
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+stop_offset: latest
+max_batch_records: 2
+commit_period: 20ms
+`, topic, group))
+	h.mustConnect()
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	b1, ack1, err := h.in.ReadBatch(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a0", "a1"}, values(toGot(b1)))
+	require.NoError(t, ack1(ctx, errors.New("downstream rejected")))
+
+	// The rejected batch comes back; later batches may be acked meanwhile,
+	// but nothing is committed past the rejected one.
+	var replayed bool
+	var rest []string
+	for !replayed {
+		b, ack, err := h.in.ReadBatch(ctx)
+		require.NoError(t, err)
+		vs := values(toGot(b))
+		if vs[0] == "a0" {
+			replayed = true
+			time.Sleep(200 * time.Millisecond) // several commit periods
+			assert.LessOrEqual(t, e.committed(t, group, topic, 0), int64(0), "committed past a rejected batch")
+			require.NoError(t, ack(ctx, nil))
+			continue
+		}
+		rest = append(rest, vs...)
+		require.NoError(t, ack(ctx, nil))
+	}
+	more, err := h.readUntilEnd(readTimeout)
+	require.NoError(t, err)
+	rest = append(rest, values(more)...)
+	assert.Equal(t, []string{"a2", "a3", "a4", "a5"}, rest)
+	assert.Equal(t, int64(6), e.committed(t, group, topic, 0))
+}
+
+func scenarioUnboundedMultiPartition(t *testing.T, e *env) {
+	topic := e.topic(t, 2)
+	e.produce(t, topic, 0, vals("a", 3)...)
+	e.produce(t, topic, 1, vals("b", 2)...)
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+commit_period: 50ms
+`, topic, group))
+	h.mustConnect()
+	bp := byPartition(h.readN(5, readTimeout))
+	assert.Equal(t, strs(vals("a", 3)), bp[0])
+	assert.Equal(t, strs(vals("b", 2)), bp[1])
+	e.produce(t, topic, 1, []byte("b-late"))
+	assert.Equal(t, []string{"b-late"}, values(h.readN(1, readTimeout)))
+	wait(t, 10*time.Second, func() bool {
+		return e.committed(t, group, topic, 0) == 3 && e.committed(t, group, topic, 1) == 3
+	})
+}
+
+func scenarioBackpressure(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	for _, v := range vals("a", 20) {
+		e.produce(t, topic, 0, v)
+	}
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+stop_offset: latest
+max_batch_records: 1
+max_buffered_bytes_per_partition: 4
+fetch_max_partition_bytes: 1
+`, topic))
+	h.mustConnect()
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	var acks []func()
+	var gs []got
+	// Read without acking: the partition is paused once 4 bytes are
+	// unacknowledged.
+	for len(gs) < 2 {
+		b, ack, err := h.in.ReadBatch(ctx)
+		require.NoError(t, err)
+		gs = append(gs, toGot(b)...)
+		acks = append(acks, func() { require.NoError(t, ack(ctx, nil)) })
+	}
+	var pausedAt int64
+	wait(t, 10*time.Second, func() bool {
+		s := h.raw.conn.tr.snapshots()[0]
+		pausedAt = s.position
+		return s.paused
+	})
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, pausedAt, h.raw.conn.tr.snapshots()[0].position, "a paused partition is not read")
+	for _, a := range acks {
+		a()
+	}
+	// Resumed: it reads on (and pauses again at the next unacked bytes).
+	wait(t, 10*time.Second, func() bool { return h.raw.conn.tr.snapshots()[0].position > pausedAt })
+	gs = append(gs, h.readAll(readTimeout)...)
+	assert.Equal(t, strs(vals("a", 20)), values(gs))
+}
+
+func scenarioUnknownTopic(t *testing.T, e *env) {
+	h := e.newInput(t, `
+topics: [ does-not-exist ]
+unknown_topic_grace_period: 300ms
+connect_timeout: 2s
+`)
+	err := h.connect()
+	require.Error(t, err)
+	select {
+	case <-h.fatal:
+		t.Fatal("fatal before the grace period")
+	default:
+	}
+	time.Sleep(400 * time.Millisecond)
+	err = h.connect()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "does-not-exist")
+	select {
+	case <-h.fatal:
+	case <-time.After(time.Second):
+		t.Fatal("an unknown topic after the grace period is not fatal")
+	}
+}
+
+// Restore: a bounded read interrupted after some acks resumes from the
+// committed offsets in a second run and, together, the runs emit every record.
+func scenarioRestore(t *testing.T, e *env) {
+	topic := e.topic(t, 2)
+	e.produce(t, topic, 0, vals("a", 6)...)
+	e.produce(t, topic, 1, vals("b", 4)...)
+	group := uniq(t, "g")
+	conf := fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+start_offset: committed
+stop_offset: latest
+max_batch_records: 2
+commit_period: 20ms
+`, topic, group)
+	h1 := e.newInput(t, conf)
+	h1.mustConnect()
+	first := h1.readN(2, readTimeout)
+	wait(t, 10*time.Second, func() bool {
+		return e.committed(t, group, topic, first[0].Partition) == first[len(first)-1].Offset+1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, h1.in.Close(ctx))
+
+	h2 := e.newInput(t, conf)
+	h2.mustConnect()
+	all := append(first, h2.readAll(readTimeout)...)
+	bp := byPartition(all)
+	// At-least-once: the second run starts at the committed offsets, so a
+	// record may repeat only if it was read but not committed.
+	assert.Subset(t, bp[0], strs(vals("a", 6)))
+	assert.Subset(t, strs(vals("a", 6)), bp[0])
+	assert.Subset(t, strs(vals("b", 4)), bp[1])
+	assert.Subset(t, bp[1], strs(vals("b", 4)))
+	assert.Equal(t, int64(6), e.committed(t, group, topic, 0))
+	assert.Equal(t, int64(4), e.committed(t, group, topic, 1))
+}
+
+var _ = kgo.Record{}

@@ -1,0 +1,251 @@
+// Package input implements the kafka_native Benthos input: a franz-go consumer
+// built for exactly-once pipelines. It reads committed data only
+// (read_committed) by default, can read a bounded range and end (the stop
+// offsets), commits a consumer group's offsets only after Benthos acked the
+// records, and stops the stream through the project's fatal-stop path on
+// errors that no retry fixes. The consume semantics are specified in
+// shared/design/native-input.md.
+//
+// Files: spec.go (the config surface), config.go (parsing into a config),
+// offsets.go (start and stop resolution), reader.go (the fetch loop),
+// probe.go (the idle-partition position probe), tracker.go (per-partition
+// positions and the ack FIFO), commit.go (the commit step and its seam),
+// errors.go (classification), metrics.go, progress.go, input.go (the
+// service.BatchInput).
+package input
+
+import (
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
+)
+
+// Name is the component name the input is registered under.
+const Name = "kafka_native"
+
+// Field names of the kafka_native input. The connection fields come from
+// kafkaconf.
+const (
+	knFieldTopics              = "topics"
+	knFieldConsumerGroup       = "consumer_group"
+	knFieldIsolationLevel      = "isolation_level"
+	knFieldStartOffset         = "start_offset"
+	knFieldStartOffsets        = "start_offsets"
+	knFieldStartTimestamp      = "start_timestamp_ms"
+	knFieldResetOffset         = "reset_offset"
+	knFieldStopOffset          = "stop_offset"
+	knFieldStopOffsets         = "stop_offsets"
+	knFieldStopTimestamp       = "stop_timestamp_ms"
+	knFieldStopAtHWM           = "stop_at_high_watermark"
+	knFieldStopHWMWaitTimeout  = "high_watermark_wait_timeout"
+	knFieldTombstones          = "tombstones"
+	knFieldMaxBatchRecords     = "max_batch_records"
+	knFieldMaxBatchBytes       = "max_batch_bytes"
+	knFieldMaxPartitionBytes   = "fetch_max_partition_bytes"
+	knFieldMaxBufferedBytes    = "max_buffered_bytes_per_partition"
+	knFieldCommitPeriod        = "commit_period"
+	knFieldConnectTimeout      = "connect_timeout"
+	knFieldUnknownTopicGrace   = "unknown_topic_grace_period"
+	knFieldIdleProbeInterval   = "idle_probe_interval"
+	knFieldProgressLogInterval = "progress_log_interval"
+)
+
+// Values of the enum fields.
+const (
+	isolationReadCommitted   = "read_committed"
+	isolationReadUncommitted = "read_uncommitted"
+
+	offsetEarliest  = "earliest"
+	offsetLatest    = "latest"
+	offsetCommitted = "committed"
+	offsetTimestamp = "timestamp"
+	offsetSpecific  = "specific"
+	offsetNone      = "none"
+
+	tombstonesEmit = "emit"
+	tombstonesDrop = "drop"
+	tombstonesFail = "fail"
+)
+
+// specLint rejects the combinations that can never work, so that
+// `connect-eos lint` reports them before a broker is contacted.
+const specLint = `
+let start = this.start_offset | "earliest"
+let stop = this.stop_offset | "none"
+let reset = this.reset_offset | "earliest"
+let group = this.consumer_group | ""
+root = match {
+  $start == "committed" && $group == "" => [ "start_offset committed needs a consumer_group: the committed offsets are the group's" ],
+  $reset == "none" && $start != "committed" && $start != "specific" => [ "reset_offset none applies only to start_offset committed or specific" ],
+  $start == "specific" && (this.start_offsets | {}).keys().length() == 0 => [ "start_offset specific needs start_offsets" ],
+  $stop == "specific" && (this.stop_offsets | {}).keys().length() == 0 => [ "stop_offset specific needs stop_offsets" ],
+  $start == "timestamp" && (this.start_timestamp_ms | -1) < 0 => [ "start_offset timestamp needs start_timestamp_ms" ],
+  $stop == "timestamp" && (this.stop_timestamp_ms | -1) < 0 => [ "stop_offset timestamp needs stop_timestamp_ms" ],
+  (this.stop_at_high_watermark | false) && $stop != "latest" => [ "stop_at_high_watermark applies only to stop_offset latest" ],
+  _ => [],
+}
+`
+
+// Spec returns the config spec of the kafka_native input. It is a function so
+// that tests and the docs generator share it.
+func Spec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Beta().
+		Categories("Services").
+		Summary("Reads records from Kafka with franz-go, committed data only by default, optionally as a bounded range that ends the stream.").
+		Description(`
+Partitions are assigned directly (no group membership): every partition of every listed topic is read by this input, and a `+"`consumer_group`"+`, when set, is used only as an offset store. Two instances with the same group therefore both read everything; split the partitions between them with pinned `+"`topics`"+` entries.
+
+### Start and stop
+
+Start offsets are resolved with the admin API before the first fetch, so the position is known before any record arrives. `+"`committed`"+` reads the group's offsets; a partition with no committed offset, or with one outside the log, follows `+"`reset_offset`"+` (`+"`none`"+` fails the stream with an error naming the partition).
+
+With a `+"`stop_offset`"+` the input reads a bounded range: each partition's stop is captured once, before its first fetch, and only records below it are emitted. A partition is finished when its consumer position reaches the stop, which includes transaction markers and aborted records that produce no message. Once every partition is finished and every batch was acknowledged (and, with a group, the stops were committed), the input ends and the stream exits 0. Under `+"`read_committed`"+`, `+"`stop_offset: latest`"+` is the last stable offset (the end of the committed data); `+"`stop_at_high_watermark`"+` waits, up to `+"`high_watermark_wait_timeout`"+`, for open transactions to end and stops at the high watermark instead.
+
+### Offsets
+
+With a `+"`consumer_group`"+`, offsets are committed after Benthos acknowledged the records (the ack is the checkpoint), every `+"`commit_period`"+` and once at the end of a bounded read. The committed offset never passes a batch that was not acknowledged (rejected batches are replayed), and a finished partition commits its stop, so the group's lag is 0 even behind a trailing transaction marker. A failed periodic commit is counted and logged and does not stop the stream; a failed final commit of a bounded read does.
+
+### Errors
+
+Errors that no retry fixes stop the stream with a non-zero exit: authentication and authorization failures, a topic that stays unknown after `+"`unknown_topic_grace_period`"+`, and an out-of-range offset or data loss under `+"`reset_offset: none`"+`. A broker that is unreachable at start is retried.
+
+### Metadata
+
+This input adds the following metadata fields to each message:
+
+`+"```text"+`
+- kafka_key
+- kafka_topic
+- kafka_partition
+- kafka_offset
+- kafka_timestamp_ms
+- kafka_tombstone_message
+- All record headers
+`+"```"+`
+
+Benthos metadata is a map of strings: of several headers with the same key only the last one is kept, and a null key reads the same as an empty one (`+"`kafka_key`"+` is empty). A tombstone (a record with a null value) is emitted with an empty body and `+"`kafka_tombstone_message: true`"+`, unlike a record with an empty value (`+"`false`"+`).
+`).
+		Fields(kafkaconf.Fields()...).
+		Fields(
+			service.NewStringListField(knFieldTopics).
+				Description("Topics to read. An entry `name` reads every partition of the topic (as listed at start; partitions added later are not read). An entry `name:P` reads only partition P; several entries pin several partitions. Per-partition offsets are set in `start_offsets` and `stop_offsets`.").
+				Example([]string{"orders"}).
+				Example([]string{"orders:0", "orders:2", "payments"}),
+			service.NewStringField(knFieldConsumerGroup).
+				Description("The consumer group whose offsets are read for `start_offset: committed` and to which offsets are committed after ack. Empty (the default) means no group: nothing is committed, and no group is ever invented.").
+				Default(""),
+			service.NewStringEnumField(knFieldIsolationLevel, isolationReadCommitted, isolationReadUncommitted).
+				Description("`read_committed` (the default) emits only records of committed transactions and non-transactional records; `read_uncommitted` also emits records of open and aborted transactions.").
+				Default(isolationReadCommitted),
+			service.NewStringEnumField(knFieldStartOffset, offsetEarliest, offsetLatest, offsetCommitted, offsetTimestamp, offsetSpecific).
+				Description("Where to start reading each partition: `earliest` (the log start, the default), `latest` (the end of the log at start: the last stable offset under read_committed, the high watermark otherwise), `committed` (the group's committed offset; needs `consumer_group`), `timestamp` (the first offset whose timestamp is at or after `start_timestamp_ms`, the end of the log when there is none) or `specific` (the offsets in `start_offsets`).").
+				Default(offsetEarliest),
+			service.NewIntMapField(knFieldStartOffsets).
+				Description("Start offsets per partition for `start_offset: specific`, keyed `topic:partition`. A partition without an entry, or whose offset lies outside the log, follows `reset_offset`.").
+				Example(map[string]any{"orders:0": 1200, "orders:1": 1180}).
+				Optional(),
+			service.NewIntField(knFieldStartTimestamp).
+				Description("Unix milliseconds for `start_offset: timestamp`.").
+				Default(-1),
+			service.NewStringEnumField(knFieldResetOffset, offsetEarliest, offsetLatest, offsetNone).
+				Description("What a `committed` or `specific` start does for a partition with no committed (or given) offset, or with one outside the log: `earliest` (the default), `latest`, or `none`, which fails the stream with an error naming the partition. Under `none`, data loss found while reading (the log start moved past the position) is fatal too; otherwise it is logged and counted.").
+				Default(offsetEarliest),
+			service.NewStringEnumField(knFieldStopOffset, offsetNone, offsetLatest, offsetTimestamp, offsetSpecific).
+				Description("Where to stop: `none` (the default) reads forever; `latest` stops at the end of each partition as listed before its first fetch (the last stable offset under read_committed, see `stop_at_high_watermark`); `timestamp` stops at the first offset whose timestamp is at or after `stop_timestamp_ms` (the end of the log listed at start when there is none); `specific` stops at the offsets in `stop_offsets`. The stop itself is not read. With a stop the input ends once every partition reached it and every batch was acknowledged.").
+				Default(offsetNone),
+			service.NewIntMapField(knFieldStopOffsets).
+				Description("Stop offsets per partition for `stop_offset: specific`, keyed `topic:partition`; every partition read needs one. A stop above the current end of the log waits for the records to be written.").
+				Example(map[string]any{"orders:0": 5000, "orders:1": 4800}).
+				Optional(),
+			service.NewIntField(knFieldStopTimestamp).
+				Description("Unix milliseconds for `stop_offset: timestamp`.").
+				Default(-1),
+			service.NewBoolField(knFieldStopAtHWM).
+				Description("Under read_committed with `stop_offset: latest`, stop at the high watermark rather than at the last stable offset. Records of transactions open at start are then included once they commit; the input waits for them up to `high_watermark_wait_timeout` and fails naming the blocking producer if they do not end. Default false.").
+				Default(false).
+				Advanced(),
+			service.NewDurationField(knFieldStopHWMWaitTimeout).
+				Description("How long `stop_at_high_watermark` waits for open transactions below the high watermark to end. Default 1m; the broker aborts a transaction after its timeout (transaction.max.timeout.ms, 15m by default).").
+				Default("1m").
+				Advanced(),
+			service.NewStringEnumField(knFieldTombstones, tombstonesEmit, tombstonesDrop, tombstonesFail).
+				Description("What to do with a record with a null value (a tombstone): `emit` it as a message with an empty body and `kafka_tombstone_message: true` (the default), `drop` it, or `fail` it: emit it flagged with an error, so that a `catch` processor or a `switch` output on `errored()` can handle it. The offset advances past it in every case.").
+				Default(tombstonesEmit),
+			service.NewIntField(knFieldMaxBatchRecords).
+				Description("The most records in one Benthos batch. A batch holds the records of one fetch of one partition, split at this cap. Default 1024.").
+				Default(1024),
+			service.NewIntField(knFieldMaxBatchBytes).
+				Description("The most record bytes (key + value) in one Benthos batch; a single larger record forms a batch of its own. Default 1048576 (1 MiB).").
+				Default(1<<20),
+			service.NewIntField(knFieldMaxPartitionBytes).
+				Description("The fetch.max.partition.bytes sent to the brokers: how much one fetch returns per partition at most (a larger first batch is still returned whole). Default 1048576 (1 MiB).").
+				Default(1<<20).
+				Advanced(),
+			service.NewIntField(knFieldMaxBufferedBytes).
+				Description("A partition is paused while the bytes it has handed to the pipeline and not yet had acknowledged exceed this bound, and resumed when they drop below it, so one slow or stuck batch cannot grow memory. Default 67108864 (64 MiB).").
+				Default(64<<20).
+				Advanced(),
+			service.NewDurationField(knFieldCommitPeriod).
+				Description("How often acknowledged offsets are committed to the consumer group. Default 1s.").
+				Default("1s").
+				Advanced(),
+			service.NewDurationField(knFieldConnectTimeout).
+				Description("The deadline of the checks made when connecting (topic metadata, offset listings, the group's offsets). On expiry the connection is retried. Default 10s.").
+				Default("10s").
+				Advanced(),
+			service.NewDurationField(knFieldUnknownTopicGrace).
+				Description("How long a topic or partition may be unknown to the brokers (while metadata settles after it was created) before the stream fails. Default 30s.").
+				Default("30s").
+				Advanced(),
+			service.NewDurationField(knFieldIdleProbeInterval).
+				Description("With a stop, how long a partition below its stop may deliver nothing before its position is probed directly. The probe finishes partitions whose remaining offsets hold only aborted records or markers behind another producer's open transaction, or were deleted (retention, DeleteRecords), cases in which the consumer delivers nothing. Default 2s.").
+				Default("2s").
+				Advanced(),
+			service.NewDurationField(knFieldProgressLogInterval).
+				Description("With a stop, how often the progress (records to the stops done and total, rate, ETA) is logged. A summary is logged at the end. `0s` disables progress logs. Default 10s.").
+				Default("10s").
+				Advanced(),
+		).
+		LintRule(specLint).
+		Example("Bounded copy of a topic",
+			"Reads the committed records of every partition of `orders` up to the end captured at start, commits the group's offsets (lag 0 at the end) and exits 0.",
+			`
+input:
+  kafka_native:
+    seed_brokers: [ localhost:9092 ]
+    topics: [ orders ]
+    consumer_group: orders-backfill
+    start_offset: committed
+    reset_offset: earliest
+    stop_offset: latest
+`).
+		Example("Pinned partitions from given offsets",
+			"Reads partitions 0 and 1 of `orders` from given offsets to given stops, without a group.",
+			`
+input:
+  kafka_native:
+    seed_brokers: [ localhost:9092 ]
+    topics: [ "orders:0", "orders:1" ]
+    start_offset: specific
+    start_offsets: { "orders:0": 100, "orders:1": 120 }
+    stop_offset: specific
+    stop_offsets: { "orders:0": 200, "orders:1": 220 }
+`)
+}
+
+func init() {
+	err := service.RegisterBatchInput(Name, Spec(),
+		func(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchInput, error) {
+			in, err := newInputFromParsed(conf, mgr)
+			if err != nil {
+				return nil, err
+			}
+			// Rejected batches are replayed until they are acknowledged, so
+			// the committed offset never passes one (see tracker.go).
+			return service.AutoRetryNacksBatched(in), nil
+		})
+	if err != nil {
+		panic(err)
+	}
+}

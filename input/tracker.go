@@ -1,0 +1,251 @@
+package input
+
+import (
+	"sync"
+	"time"
+)
+
+// span is a consumed range [from, to) of one partition. Emitted batches enter
+// as pending; ranges that produce no message (transaction markers, aborted
+// records, dropped tombstones, gaps left by compaction or deletion) enter as
+// already acked.
+type span struct {
+	from, to int64
+	bytes    int64
+	acked    bool
+}
+
+// partState is the bookkeeping of one partition. All fields are guarded by
+// the tracker's mutex.
+type partState struct {
+	tp
+	start int64
+	stop  int64 // noStop when unbounded
+
+	// position is the next offset the consumer delivers: every offset
+	// below it was handed to the pipeline, dropped, or found empty. It never
+	// passes the stop: kgo returns whole batches, so its own cursor may.
+	position int64
+	// ackedTo is the end of the longest acknowledged prefix of spans: the
+	// offset to commit. It never passes position, so never the stop.
+	ackedTo int64
+	spans   []*span // FIFO in offset order, contiguous from ackedTo
+
+	unackedBytes int64
+	finished     bool
+	paused       bool
+	lastAdvance  time.Time
+
+	committed     int64 // the last offset committed (or handed over) by this run, -1 if none
+	committedSeen int64 // the group's committed offset at start, -1 if none
+	end           int64 // the latest end (LSO or HWM) seen, for lag
+	emitted       int64
+	lost          int64
+}
+
+// tracker holds every partition's position and ack FIFO. The fetch loop
+// appends spans, ack functions (any goroutine) acknowledge them, the commit
+// step reads the acknowledged prefixes, and ReadBatch asks whether a bounded
+// read is complete.
+type tracker struct {
+	mu    sync.Mutex
+	parts map[tp]*partState
+	order []tp
+	// changed is closed and replaced whenever an ack lands or a partition
+	// finishes, so that waiters (the end of a bounded read) wake up.
+	changed chan struct{}
+}
+
+func newTracker(plans []*partPlan, now time.Time) *tracker {
+	t := &tracker{parts: map[tp]*partState{}, changed: make(chan struct{})}
+	for _, pp := range plans {
+		ps := &partState{
+			tp:            pp.tp,
+			start:         pp.start,
+			stop:          pp.stop,
+			position:      pp.start,
+			ackedTo:       pp.start,
+			committed:     -1,
+			committedSeen: pp.committed,
+			end:           pp.end,
+			lastAdvance:   now,
+		}
+		if pp.stop != noStop && pp.start >= pp.stop {
+			// start >= stop: finished before any fetch. The position
+			// stays at the start, so nothing beyond it is committed.
+			ps.finished = true
+		}
+		t.parts[pp.tp] = ps
+		t.order = append(t.order, pp.tp)
+	}
+	return t
+}
+
+func (t *tracker) notifyLocked() {
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// changedChan returns a channel closed at the next change.
+func (t *tracker) changedChan() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed
+}
+
+// advance records that [position, to) was consumed; pending spans await an
+// ack. It caps to at the stop and finishes the partition on reaching it, and
+// returns the span (nil if it was empty).
+func (t *tracker) advance(p tp, to int64, bytes int64, pending bool, now time.Time) *span {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps := t.parts[p]
+	if ps.stop != noStop && to > ps.stop {
+		to = ps.stop
+	}
+	if to <= ps.position {
+		return nil
+	}
+	s := &span{from: ps.position, to: to, bytes: bytes, acked: !pending}
+	ps.position = to
+	ps.lastAdvance = now
+	ps.spans = append(ps.spans, s)
+	if pending {
+		ps.unackedBytes += bytes
+	}
+	if ps.stop != noStop && ps.position >= ps.stop {
+		ps.finished = true
+	}
+	t.popLocked(ps)
+	t.notifyLocked()
+	return s
+}
+
+// ack marks s acknowledged and moves the partition's acked prefix.
+func (t *tracker) ack(p tp, s *span) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s.acked {
+		return
+	}
+	s.acked = true
+	ps := t.parts[p]
+	ps.unackedBytes -= s.bytes
+	t.popLocked(ps)
+	t.notifyLocked()
+}
+
+func (t *tracker) popLocked(ps *partState) {
+	i := 0
+	for ; i < len(ps.spans) && ps.spans[i].acked; i++ {
+		ps.ackedTo = ps.spans[i].to
+	}
+	if i > 0 {
+		ps.spans = append(ps.spans[:0], ps.spans[i:]...)
+	}
+}
+
+// position returns p's position and stop.
+func (t *tracker) position(p tp) (pos, stop int64, finished bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps := t.parts[p]
+	return ps.position, ps.stop, ps.finished
+}
+
+// allFinished reports whether every partition reached its stop.
+func (t *tracker) allFinished() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ps := range t.parts {
+		if !ps.finished {
+			return false
+		}
+	}
+	return true
+}
+
+// allAcked reports whether every partition reached its stop and every span
+// was acknowledged.
+func (t *tracker) allAcked() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ps := range t.parts {
+		if !ps.finished || len(ps.spans) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// toCommit returns the acknowledged positions that differ from what this run
+// last committed. A partition that never moved (start >= stop, or nothing
+// consumed yet) is left out unless it was finished, so that a run never
+// commits an offset it did not reach, and never moves the group's offset
+// backwards by merely starting.
+func (t *tracker) toCommit() map[tp]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[tp]int64{}
+	for _, ps := range t.parts {
+		at := ps.ackedTo
+		if at == ps.committed {
+			continue
+		}
+		if at == ps.start && !ps.finished {
+			continue
+		}
+		if at == ps.committedSeen && ps.committed < 0 {
+			continue
+		}
+		if ps.stop != noStop && ps.start > ps.stop {
+			continue
+		}
+		out[ps.tp] = at
+	}
+	return out
+}
+
+// committed records a successful commit.
+func (t *tracker) markCommitted(offs map[tp]int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for p, o := range offs {
+		if ps, ok := t.parts[p]; ok {
+			ps.committed = o
+			ps.committedSeen = o
+		}
+	}
+}
+
+// snapshot is a copy of one partition's counters, for metrics and progress.
+type snapshot struct {
+	tp
+	start, stop, position, ackedTo, committed, end int64
+	unackedBytes                                   int64
+	finished, paused                               bool
+	lastAdvance                                    time.Time
+	emitted, lost                                  int64
+}
+
+func (t *tracker) snapshots() []snapshot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]snapshot, 0, len(t.order))
+	for _, p := range t.order {
+		ps := t.parts[p]
+		out = append(out, snapshot{
+			tp: p, start: ps.start, stop: ps.stop, position: ps.position, ackedTo: ps.ackedTo,
+			committed: ps.committedSeen, end: ps.end, unackedBytes: ps.unackedBytes,
+			finished: ps.finished, paused: ps.paused, lastAdvance: ps.lastAdvance,
+			emitted: ps.emitted, lost: ps.lost,
+		})
+	}
+	return out
+}
+
+func (t *tracker) update(p tp, fn func(ps *partState)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fn(t.parts[p])
+}
