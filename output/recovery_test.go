@@ -1,0 +1,161 @@
+package output
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// Crash injection at each step of the commit sequence, under both transaction
+// versions, then a new instance recovering from the same state cache. The
+// assertions are the outcome (what a read_committed consumer sees), the cache
+// and the in-doubt metrics: the decision the brief's table requires.
+func TestCrashRecovery(t *testing.T) {
+	for _, tv := range []struct {
+		name string
+		opts []kfake.Opt
+		want txnstate.TxnVersion
+	}{
+		{"tv2", nil, txnstate.TV2},
+		{"tv0", []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}, txnstate.TV0},
+	} {
+		for _, tc := range []struct {
+			name        string
+			step        commitStep
+			wantVisible bool
+			wantState   txnstate.State // of the crashed epoch's slot record; "" = none
+			wantOutcome string         // in-doubt metric incremented at restart
+		}{
+			// Produced, never PREPAREd: InitProducerID at restart aborts it;
+			// nothing was in doubt.
+			{"after produce", stepProduced, false, "", ""},
+			// PREPAREd, EndTxn never sent: open at (pid, epoch); plain mode
+			// aborts it.
+			{"after prepare", stepPrepared, false, txnstate.Aborted, outcomeAborted},
+			// EndTxn succeeded, COMMITTED never written: found committed.
+			{"after end txn", stepEnded, true, txnstate.Committed, outcomeFoundCommitted},
+			// COMMITTED written, not acked: nothing in doubt.
+			{"after committed", stepCommitted, true, txnstate.Committed, ""},
+		} {
+			t.Run(tv.name+"/"+tc.name, func(t *testing.T) {
+				c := newCluster(t, tv.opts...)
+				res := newResources()
+				yaml := baseYAML(c.ListenAddrs(), "app", "")
+				a := newTestOutput(t, res, yaml)
+				if a.clusterTV != tv.want {
+					t.Fatalf("detected transaction version %d, want %d", a.clusterTV, tv.want)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				// Epoch 1 commits normally; epoch 2 crashes at the step.
+				if err := a.WriteBatch(ctx, batchOf("first", 3)); err != nil {
+					t.Fatal(err)
+				}
+				a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+					if n == 2 && s == tc.step {
+						return errCrash
+					}
+					return nil
+				}}
+				if err := a.WriteBatch(ctx, batchOf("crashed", 4)); err == nil {
+					t.Fatal("the crashed epoch's batch was acked")
+				}
+
+				b := newTestOutput(t, res, yaml)
+				r, ok := slotRecord(t, b, txnstate.SlotFor(2, 2))
+				switch {
+				case tc.wantState == "" && ok && r.Epoch == 2:
+					t.Fatalf("epoch 2 has a record %+v, want none", r)
+				case tc.wantState != "" && (!ok || r.Epoch != 2 || r.State != tc.wantState):
+					t.Fatalf("epoch 2 record %+v (found %v), want state %s", r, ok, tc.wantState)
+				}
+				if ok && r.Epoch == 2 && r.TxnVersion != tv.want {
+					t.Fatalf("stored transaction version %d, want %d", r.TxnVersion, tv.want)
+				}
+				for _, o := range []string{outcomeAborted, outcomeFoundCommitted, outcomeFoundAborted, outcomeResumed} {
+					want := int64(0)
+					if o == tc.wantOutcome {
+						want = 1
+					}
+					if got := b.m.tally.get(metricInDoubtResolved + "/" + o); got != want {
+						t.Errorf("in-doubt %s = %d, want %d", o, got, want)
+					}
+				}
+				// The new instance carries on after the last durable epoch
+				// (an epoch never PREPAREd leaves no trace, its number is
+				// reused).
+				wantNext := uint64(3)
+				if tc.step == stepProduced {
+					wantNext = 2
+				}
+				if b.nextEpoch != wantNext {
+					t.Fatalf("next epoch %d, want %d", b.nextEpoch, wantNext)
+				}
+				if err := b.WriteBatch(ctx, batchOf("after", 2)); err != nil {
+					t.Fatal(err)
+				}
+				var first, crashed, after int
+				for _, v := range readCommitted(t, c.ListenAddrs(), testTopic) {
+					switch {
+					case strings.HasPrefix(v, "first"):
+						first++
+					case strings.HasPrefix(v, "crashed"):
+						crashed++
+					case strings.HasPrefix(v, "after"):
+						after++
+					}
+				}
+				wantCrashed := 0
+				if tc.wantVisible {
+					wantCrashed = 4
+				}
+				if first != 3 || crashed != wantCrashed || after != 2 {
+					t.Fatalf("visible first=%d crashed=%d after=%d, want 3/%d/2 (an epoch is whole or absent)", first, crashed, after, wantCrashed)
+				}
+			})
+		}
+	}
+}
+
+// Two epochs in doubt at once (both slots PREPARED) are resolved in epoch
+// order: the first found committed, the second still open and aborted.
+func TestTwoInDoubtResolvedInOrder(t *testing.T) {
+	c := newCluster(t)
+	res := newResources()
+	yaml := baseYAML(c.ListenAddrs(), "app", "")
+	a := newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Epoch 1 commits but its COMMITTED is "lost": rewrite PREPARED after.
+	if err := a.WriteBatch(ctx, batchOf("one", 2)); err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := slotRecord(t, a, 1)
+	if err := a.store.writeSlot(ctx, 1, r1.WithState(txnstate.Prepared, "")); err != nil {
+		t.Fatal(err)
+	}
+	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+		if n == 2 && s == stepPrepared {
+			return errCrash
+		}
+		return nil
+	}}
+	_ = a.WriteBatch(ctx, batchOf("two", 2))
+
+	b := newTestOutput(t, res, yaml)
+	if r, _ := slotRecord(t, b, 1); r.State != txnstate.Committed || r.Epoch != 1 {
+		t.Fatalf("epoch 1: %+v", r)
+	}
+	if r, _ := slotRecord(t, b, 0); r.State != txnstate.Aborted || r.Epoch != 2 {
+		t.Fatalf("epoch 2: %+v", r)
+	}
+	if b.m.tally.get(metricInDoubtResolved+"/"+outcomeFoundCommitted) != 1 || b.m.tally.get(metricInDoubtResolved+"/"+outcomeAborted) != 1 {
+		t.Fatal("in-doubt metrics")
+	}
+}
