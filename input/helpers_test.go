@@ -162,7 +162,17 @@ func (e *env) endOffset(t testing.TB, topic string, partition int32) int64 {
 
 func (e *env) committed(t testing.TB, group, topic string, partition int32) int64 {
 	t.Helper()
-	resp, err := e.adm.FetchOffsets(context.Background(), group)
+	var (
+		resp kadm.OffsetResponses
+		err  error
+	)
+	for range 50 {
+		resp, err = e.adm.FetchOffsets(context.Background(), group)
+		if !errors.Is(err, kerr.CoordinatorNotAvailable) && !errors.Is(err, kerr.CoordinatorLoadInProgress) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		return -1 // kfake, for a group that never committed
 	}
@@ -181,6 +191,24 @@ func (e *env) commit(t testing.TB, group, topic string, partition int32, at int6
 	resp, err := e.adm.CommitOffsets(context.Background(), group, os)
 	require.NoError(t, err)
 	require.NoError(t, resp.Error())
+}
+
+// waitEnd waits until the partition's high watermark and last stable offset
+// both reach want. Kafka answers EndTxn once the outcome is in the
+// transaction log and writes the markers afterwards, so the end offset right
+// after EndTransaction may not include the marker yet.
+func (e *env) waitEnd(t testing.TB, topic string, partition int32, want int64) {
+	t.Helper()
+	wait(t, 20*time.Second, func() bool {
+		hwm, err1 := e.adm.ListEndOffsets(context.Background(), topic)
+		lso, err2 := e.adm.ListCommittedOffsets(context.Background(), topic)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		h, _ := hwm.Lookup(topic, partition)
+		l, _ := lso.Lookup(topic, partition)
+		return h.Offset == want && l.Offset == want
+	})
 }
 
 func wait(t testing.TB, d time.Duration, cond func() bool) {
@@ -243,7 +271,21 @@ func (e *env) newInput(t testing.TB, yaml string) *harness {
 	return h
 }
 
+// connect calls Connect until it succeeds or fails fatally, as Benthos does
+// (a group coordinator still loading answers COORDINATOR_NOT_AVAILABLE).
 func (h *harness) connect() error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := h.connectOnce()
+		var fe *fatal.Error
+		if err == nil || errors.As(err, &fe) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (h *harness) connectOnce() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return h.in.Connect(ctx)

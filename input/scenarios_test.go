@@ -115,8 +115,8 @@ func scenarioAbortedTxnMarkerAtTail(t *testing.T, e *env) {
 	x := e.beginTxn(t)
 	x.produce(topic, 0, vals("aborted", 2)...)
 	x.end(false)
-	end := e.endOffset(t, topic, 0)
-	require.Equal(t, int64(6), end, "3 records, 2 aborted, 1 ABORT marker")
+	end := int64(6) // 3 records, 2 aborted, 1 ABORT marker
+	e.waitEnd(t, topic, 0, end)
 	group := uniq(t, "g")
 	h := e.newInput(t, fmt.Sprintf(`
 topics: [ %s ]
@@ -134,7 +134,8 @@ func scenarioCommittedTxnMarkerAtTail(t *testing.T, e *env) {
 	x := e.beginTxn(t)
 	x.produce(topic, 0, vals("t", 2)...)
 	x.end(true)
-	end := e.endOffset(t, topic, 0)
+	end := int64(5) // 2 records, 2 in the transaction, 1 COMMIT marker
+	e.waitEnd(t, topic, 0, end)
 	group := uniq(t, "g")
 	h := e.newInput(t, fmt.Sprintf(`
 topics: [ %s ]
@@ -158,6 +159,9 @@ func scenarioAbortedBelowLSOMarkerAboveOpenTxn(t *testing.T, e *env) {
 	bOffs := b.produce(topic, 0, []byte("open")) // 4
 	a.end(false)                                 // marker at 5, above the LSO 4
 	t.Cleanup(func() { b.end(false) })
+	// Wait for A's marker: until it is written A's transaction is
+	// open too and the LSO is 2.
+	wait(t, 20*time.Second, func() bool { return e.endOffset(t, topic, 0) == 6 })
 	group := uniq(t, "g")
 	h := e.newInput(t, fmt.Sprintf(`
 topics: [ %s ]
@@ -538,7 +542,7 @@ topics: [ does-not-exist ]
 unknown_topic_grace_period: 300ms
 connect_timeout: 2s
 `)
-	err := h.connect()
+	err := h.connectOnce()
 	require.Error(t, err)
 	select {
 	case <-h.fatal:
@@ -546,7 +550,7 @@ connect_timeout: 2s
 	default:
 	}
 	time.Sleep(400 * time.Millisecond)
-	err = h.connect()
+	err = h.connectOnce()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "does-not-exist")
 	select {
