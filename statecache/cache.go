@@ -243,6 +243,11 @@ func (c *Cache) Close(ctx context.Context) error {
 // Refresh reads the topic up to its current end offsets, so that this
 // process sees what other processes wrote since it started (or since the last
 // Refresh). The first call of any method does this anyway.
+//
+// A transaction's records count from its commit marker, and Kafka writes the
+// markers after EndTxn has returned to the producer: a Refresh right after
+// another client's commit can still list that transaction in Uncommitted.
+// Poll if the commit must be seen.
 func (c *Cache) Refresh(ctx context.Context) error {
 	if c.closed.Load() {
 		return ErrClosed

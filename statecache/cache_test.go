@@ -306,6 +306,7 @@ func testValueTooLarge(t *testing.T, b *backend) {
 
 func testCreatesMissingTopicCompacted(t *testing.T, b *backend) {
 	topic := topicName(t)
+	b.deleteTopicAtEnd(t, topic)
 	c := b.newCache(t, topic, func(cfg *Config) { cfg.Partitions = 3; cfg.ReplicationFactor = 1 })
 	mustSet(t, c, "k", "v")
 
@@ -324,9 +325,6 @@ func testCreatesMissingTopicCompacted(t *testing.T, b *backend) {
 	}
 	if rf := tds[topic].Partitions.NumReplicas(); rf != 1 {
 		t.Fatalf("created topic has replication factor %d, want 1", rf)
-	}
-	if b.kfake != nil {
-		defer b.kfake.Close()
 	}
 	wantValue(t, b.newCache(t, topic), "k", "v")
 }
@@ -394,9 +392,16 @@ func testTransactionsCountOnceCommitted(t *testing.T, b *backend) {
 	// process's later plain write, so the plain write stays.
 	mustSet(t, fresh, "committed", "plain-after")
 	end(kgo.TryCommit)
-	if err := fresh.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// EndTxn returns before the coordinator has written the commit
+	// markers (Apache Kafka writes them asynchronously), so the commit
+	// becomes visible to a Refresh a moment later.
+	wait(t, 10*time.Second, func() bool {
+		if err := fresh.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, err := fresh.Get(ctx, "open")
+		return err == nil
+	})
 	wantValue(t, fresh, "open", "pending")
 	wantValue(t, fresh, "committed", "plain-after")
 	if unc := fresh.Uncommitted(); len(unc) != 0 {

@@ -74,6 +74,7 @@ func (b *backend) createTopic(t testing.TB, topic string, partitions int32, conf
 	if _, err := b.admin(t).CreateTopic(testCtx(t), partitions, -1, m, topic); err != nil {
 		t.Fatalf("creating topic %s: %v", topic, err)
 	}
+	b.deleteTopicAtEnd(t, topic)
 }
 
 // topicConfig returns the broker's value of key for topic.
@@ -121,5 +122,17 @@ func wantValue(t testing.TB, c *Cache, key, want string) {
 	}
 	if string(got) != want {
 		t.Fatalf("Get(%q) = %q, want %q", key, got, want)
+	}
+}
+
+// wait polls cond until it holds, failing t after d.
+func wait(t testing.TB, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", d)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

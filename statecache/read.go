@@ -57,6 +57,9 @@ func (c *Cache) readToEnd(ctx context.Context) error {
 
 	barriers := make(map[int32]bool)
 	for len(target) > 0 {
+		if c.closed.Load() {
+			return ErrClosed // Close waits for this read; do not keep it
+		}
 		pctx, cancel := context.WithTimeout(ctx, stallAfter)
 		fs := c.cl.PollFetches(pctx)
 		cancel()

@@ -1,6 +1,7 @@
 package statecache
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -139,7 +140,13 @@ func newCacheFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*Ca
 // Uncommitted, Topic): Resources.AccessCache hands out a wrapper that cannot
 // be type-asserted back to *Cache. It returns false when no kafka_state
 // resource has that label (another cache type, or none).
-func Lookup(mgr *service.Resources, label string) (*Cache, bool) {
+//
+// Benthos builds cache resources lazily, on first access, so Lookup accesses
+// the resource once to have it built (the constructor then registers it).
+func Lookup(ctx context.Context, mgr *service.Resources, label string) (*Cache, bool) {
+	if err := mgr.AccessCache(ctx, label, func(service.Cache) {}); err != nil {
+		return nil, false
+	}
 	v, ok := mgr.GetGeneric(resourceKey{label})
 	if !ok {
 		return nil, false
