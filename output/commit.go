@@ -169,7 +169,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	o.mu.Unlock()
 	ep.advance(txnstate.PhaseEnding)
 	ectx, ecancel := context.WithTimeout(ctx, o.conf.commitBudget)
-	err = ep.slot.cl.EndTransaction(ectx, kgo.TryCommit)
+	err = o.endTxn(ep.slot.cl, ectx, kgo.TryCommit)
 	ecancel()
 	switch {
 	case err == nil:
@@ -213,6 +213,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		}
 	}
 	o.m.buffered.Set(o.bufferedBytes())
+	o.rewarm(ctx, ep.slot) // after an in-doubt commit the client is spent
 	o.releaseSlot(ep.slot)
 }
 
@@ -241,6 +242,9 @@ func (o *output) writeRetry(ctx context.Context, n int, r txnstate.Record) bool 
 // transaction version: under TV2 EndTxn bumps it. A mismatch means the version
 // changed under us (a cluster upgrade); later PREPAREs use what was observed.
 func (o *output) checkTxnVersion(ctx context.Context, s *slot, rec txnstate.Record) {
+	if s.broken {
+		return
+	}
 	pid, e, err := s.cl.ProducerID(ctx)
 	if err != nil {
 		return

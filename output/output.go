@@ -40,6 +40,9 @@ type output struct {
 	// hooks, if set, are called at each step of the commit sequence (tests
 	// inject crashes there).
 	hooks *testHooks
+	// endTxn ends a slot's transaction: (*kgo.Client).EndTransaction, or a
+	// test double that loses the answer.
+	endTxn func(*kgo.Client, context.Context, kgo.TransactionEndTry) error
 
 	admin     *kgo.Client // non-transactional: kadm and raw requests
 	clusterTV txnstate.TxnVersion
@@ -71,6 +74,7 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 		m:        newMetrics(res.Metrics()),
 		store:    &stateStore{res: res, cache: c.stateCache, prefix: c.transactionalID},
 		closedCh: make(chan struct{}),
+		endTxn:   (*kgo.Client).EndTransaction,
 	}, nil
 }
 
