@@ -1,0 +1,133 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
+)
+
+// Bad configuration is rejected at construction with a message naming the
+// field.
+func TestConfigErrors(t *testing.T) {
+	const base = `
+seed_brokers: [ localhost:9092 ]
+topic: out
+transactional_id: app
+state_cache: state
+`
+	for _, tc := range []struct {
+		name, yaml, field string
+	}{
+		{"missing transactional_id", "seed_brokers: [ localhost:9092 ]\ntopic: out\nstate_cache: state\n", "transactional_id"},
+		{"empty transactional_id", strings.Replace(base, "transactional_id: app", "transactional_id: \"\"", 1), "transactional_id"},
+		{"unknown cache", strings.Replace(base, "state_cache: state", "state_cache: nope", 1), "state_cache"},
+		{"interval not below timeout", base + "transaction_timeout: 10s\nepoch: { interval: 9s }\n", "epoch.interval"},
+		{"pool of one", base + "producer_pool_size: 1\n", "producer_pool_size"},
+		{"manual without partition", base + "partitioner: manual\n", "partition"},
+		{"partition without manual", base + "partition: \"1\"\n", "partition"},
+		{"sasl without password", base + "sasl: { mechanism: PLAIN, username: u }\n", "sasl.password"},
+		{"sasl unknown mechanism", base + "sasl: { mechanism: KERBEROS }\n", "sasl.mechanism"},
+		{"no brokers", strings.Replace(base, "[ localhost:9092 ]", "[]", 1), "seed_brokers"},
+		{"buffer below message size", base + "max_buffered_bytes: 10\n", "max_buffered_bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pc, err := Spec().ParseYAML(tc.yaml, nil)
+			if err == nil {
+				_, err = newOutputFromParsed(pc, newResources())
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// The cross-field rules are lint rules too, so `connect-eos lint` reports
+// them before anything runs.
+func TestLintRules(t *testing.T) {
+	for _, tc := range []struct {
+		name, extra, want string
+	}{
+		{"interval too close to timeout", "transaction_timeout: 10s\nepoch: { interval: 9s }\n", "field epoch.interval"},
+		{"pool of one", "producer_pool_size: 1\n", "field producer_pool_size"},
+		{"manual without partition", "partitioner: manual\n", "field partition"},
+		{"sasl", "sasl: { mechanism: PLAIN }\n", "sasl.username"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := service.NewStreamBuilder()
+			err := sb.AddOutputYAML(`
+kafka_eos:
+  seed_brokers: [ localhost:9092 ]
+  topic: out
+  transactional_id: app
+  state_cache: state
+` + indent(tc.extra))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("lint: %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// And a good config lints clean.
+	sb := service.NewStreamBuilder()
+	if err := sb.AddOutputYAML("kafka_eos:\n  seed_brokers: [ localhost:9092 ]\n  topic: out\n  transactional_id: app\n  state_cache: state\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func indent(s string) string {
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = "  " + lines[i]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// The registered component runs in a stream: a generate input, a memory
+// cache as state_cache, every record visible to read_committed readers.
+func TestStreamBuilder(t *testing.T) {
+	c := newCluster(t)
+	sb := service.NewStreamBuilder()
+	if err := sb.SetYAML(`
+input:
+  generate:
+    count: 40
+    interval: ""
+    mapping: 'root = "msg-" + counter().string()'
+output:
+  kafka_eos:
+    seed_brokers: [ ` + c.ListenAddrs()[0] + ` ]
+    topic: out
+    transactional_id: stream
+    state_cache: state
+    epoch: { interval: 20ms }
+    batching: { count: 8 }
+`); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.AddCacheYAML("label: state\nmemory: {}\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.SetLoggerYAML("level: warn"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sb.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if got := len(readCommitted(t, c.ListenAddrs(), testTopic)); got != 40 {
+		t.Fatalf("visible %d, want 40", got)
+	}
+}
