@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redpanda-data/benthos/v4/public/service"
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
+	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
 // Bad configuration is rejected at construction with a message naming the
