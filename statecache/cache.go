@@ -197,6 +197,11 @@ func (c *Cache) Get(ctx context.Context, key string) ([]byte, error) {
 
 // Set writes value for key and returns once the broker acknowledged it
 // (acks=all). ttl must be nil (ErrTTLUnsupported).
+//
+// ctx bounds the wait only until the record is part of a produce request:
+// after that an idempotent producer cannot fail the record without risking a
+// duplicate, so franz-go retries until the broker answers (see kgo.Produce).
+// An error means the write may or may not have happened.
 func (c *Cache) Set(ctx context.Context, key string, value []byte, ttl *time.Duration) error {
 	if ttl != nil {
 		return ErrTTLUnsupported

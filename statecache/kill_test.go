@@ -210,3 +210,25 @@ func runAndKill(t *testing.T, b *backend, topic string, round int) []int64 {
 	}
 	return acked
 }
+
+// TestCheckValueDetectsTearing makes sure the kill test would notice a torn
+// value: a prefix, a value with a byte changed, or two halves joined.
+func TestCheckValueDetectsTearing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	a, b := writerValue(7, rng), writerValue(8, rng)
+	if seq, err := checkValue(a); err != nil || seq != 7 {
+		t.Fatalf("checkValue of a whole value: %d, %v", seq, err)
+	}
+	flipped := append([]byte{}, a...)
+	flipped[len(flipped)-1] ^= 1
+	for name, v := range map[string][]byte{
+		"prefix":  a[:len(a)/2],
+		"flipped": flipped,
+		"spliced": append(append([]byte{}, a[:len(a)/2]...), b[len(b)/2:]...),
+		"header":  a[:40],
+	} {
+		if _, err := checkValue(v); err == nil {
+			t.Errorf("%s: checkValue accepted a torn value", name)
+		}
+	}
+}

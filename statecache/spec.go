@@ -31,15 +31,15 @@ Every key is a record key and every value a record value of one compacted topic;
 - **Durable once a write returns.** Set, add and delete produce one record synchronously with `+"`acks=all`"+` on an idempotent producer (the franz-go defaults, which the cache relies on and does not override), and return only once the broker acknowledged it. Durable means what Kafka means: in the log of every in-sync replica, not fsynced. To survive the loss of a machine, use `+"`replication_factor: 3`"+` (or a broker default of 3) with `+"`min.insync.replicas=2`"+` on the topic.
 - **Read-your-writes within one process.** The in-memory copy changes only after the broker acknowledged a write.
 - **Last write per key wins**, by offset within the key's partition, which is what compaction keeps.
-- **A restart sees every acknowledged write**: a new process reads the whole topic on first use. A process does not see another live process's later writes until it reads again (the kafka_eos output does that through the cache's Go API).
+- **A restart sees every acknowledged write**: a new process reads the whole topic on first use. A process does not see another live process's later writes until it reads the topic again (Go callers: `+"`Refresh`"+`).
 - **Never torn.** A value is exactly one record, never split: after a crash mid-write a key has its old value or its new one. A value whose record would exceed the topic's `+"`max.message.bytes`"+` is rejected with an error naming the key, the size and the limit.
-- **Transactions count once committed.** Records that another producer wrote to the topic inside a Kafka transaction (the kafka_eos output writes its positions that way) become visible when the commit marker is read, never if the transaction aborts.
+- **Transactions count once committed.** Records another producer wrote to the topic inside a Kafka transaction (the design has the kafka_eos output write its positions record inside the epoch's transaction) become visible when the commit marker is read, never if the transaction aborts. An open transaction does not hide the records after it: the cache reads uncommitted and resolves transactions from their markers, because a `+"`read_committed`"+` reader stops at the first open transaction.
 
 ### What it does not promise
 
 - `+"`add`"+` fails with "key already exists" when this process knows the key; it is **not** a compare-and-set across processes: two processes adding the same key both succeed and the later record wins.
 - **No TTL.** A compacted topic keeps the last value of a key until the key is deleted, so a write with a TTL is rejected rather than stored forever.
-- A write that returns an error may still have been written (the produce outcome is unknown); the next read of the topic tells.
+- A write that returns an error may still have been written (the produce outcome is unknown); the next read of the topic tells. While the brokers are unreachable a write waits: the context bounds the wait only until the record is in a produce request, after which franz-go keeps retrying rather than risk a duplicate.
 - Memory: the whole key space is held in memory, and a new process reads the whole topic. This is a cache for small state (offsets, recovery records), not for bulk data.
 
 ### The topic
