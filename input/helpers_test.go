@@ -42,9 +42,9 @@ func newKfakeEnv(t testing.TB) *env {
 	return e
 }
 
-func newEnv(t testing.TB, name string, brokers []string) *env {
+func newEnv(t testing.TB, name string, brokers []string, opts ...kgo.Opt) *env {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 	return &env{name: name, brokers: brokers, cl: cl, adm: kadm.NewClient(cl)}

@@ -1,0 +1,213 @@
+package input
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/connect-eos/connect-eos/internal/fatal"
+)
+
+// newSASLEnv starts kfake with SASL and ACLs: "admin" is a superuser, the
+// extra options add users.
+func newSASLEnv(t *testing.T, opts ...kfake.Opt) *env {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{
+		kfake.NumBrokers(1), kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser("PLAIN", "admin", "admin"),
+	}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	e := newEnv(t, "kfake-sasl", c.ListenAddrs(), kgo.SASL(plain.Auth{User: "admin", Pass: "admin"}.AsMechanism()))
+	e.fake = c
+	return e
+}
+
+func saslConf(user, pass string) string {
+	return fmt.Sprintf("sasl: { mechanism: PLAIN, username: %s, password: %s }\n", user, pass)
+}
+
+func requireFatal(t *testing.T, h *harness, err error, want error) {
+	t.Helper()
+	require.Error(t, err)
+	var fe *fatal.Error
+	require.ErrorAs(t, err, &fe, "not raised as fatal: %v", err)
+	if want != nil {
+		require.ErrorIs(t, err, want)
+	}
+	select {
+	case <-h.fatal:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the fatal handler was not called")
+	}
+}
+
+// kfake closes the connection on bad credentials, which a client cannot tell
+// from a broker going away; Apache Kafka answers SASL_AUTHENTICATION_FAILED.
+// The test injects Kafka's answer.
+func TestBadPasswordIsFatal(t *testing.T) {
+	e := newSASLEnv(t)
+	topic := e.topic(t, 1)
+	e.fake.ControlKey(kmsg.SASLAuthenticate.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.SASLAuthenticateRequest)
+		if string(req.SASLAuthBytes) != "\x00admin\x00wrong" {
+			e.fake.KeepControl()
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+		resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
+		msg := "Authentication failed: Invalid username or password"
+		resp.ErrorMessage = &msg
+		e.fake.KeepControl()
+		return resp, nil, true
+	})
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nstop_offset: latest\n", topic)+saslConf("admin", "wrong"))
+	err := h.connect()
+	requireFatal(t, h, err, kerr.SaslAuthenticationFailed)
+	assert.Contains(t, err.Error(), "SASL_AUTHENTICATION_FAILED")
+}
+
+func TestDeniedTopicACLIsFatal(t *testing.T) {
+	e := newSASLEnv(t, kfake.User("PLAIN", "reader", "pw"))
+	topic := e.topic(t, 1)
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nstop_offset: latest\n", topic)+saslConf("reader", "pw"))
+	err := h.connect()
+	requireFatal(t, h, err, kerr.TopicAuthorizationFailed)
+}
+
+// Describe allowed (metadata and offset listings pass the preflight), Read
+// denied: the fetch fails with TOPIC_AUTHORIZATION_FAILED and the fetch loop
+// stops the stream at the first one.
+func TestDeniedReadACLIsFatalFromTheFetchLoop(t *testing.T) {
+	e := newSASLEnv(t, kfake.User("PLAIN", "reader", "pw",
+		kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: "t-", Pattern: kmsg.ACLResourcePatternTypePrefixed, Operation: kmsg.ACLOperationDescribe, Allow: true},
+	))
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 3)...)
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nstop_offset: latest\n", topic)+saslConf("reader", "pw"))
+	if err := h.connect(); err != nil {
+		// kfake may refuse the listing already: fatal either way.
+		t.Logf("refused at connect: %v", err)
+		requireFatal(t, h, err, kerr.TopicAuthorizationFailed)
+		return
+	}
+	_, err := h.readUntilEnd(readTimeout)
+	requireFatal(t, h, err, kerr.TopicAuthorizationFailed)
+}
+
+func TestDeniedGroupACLIsFatal(t *testing.T) {
+	e := newSASLEnv(t, kfake.User("PLAIN", "reader", "pw",
+		kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: "t-", Pattern: kmsg.ACLResourcePatternTypePrefixed, Operation: kmsg.ACLOperationAll, Allow: true},
+	))
+	topic := e.topic(t, 1)
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: g\nstop_offset: latest\n", topic)+saslConf("reader", "pw"))
+	err := h.connect()
+	requireFatal(t, h, err, kerr.GroupAuthorizationFailed)
+}
+
+func TestBrokerUnreachableAtStartIsRetried(t *testing.T) {
+	e := &env{brokers: []string{"127.0.0.1:1"}}
+	h := e.newInput(t, "topics: [ t ]\nconnect_timeout: 300ms\n")
+	for range 2 {
+		err := h.connectOnce()
+		require.Error(t, err)
+		var fe *fatal.Error
+		assert.False(t, errors.As(err, &fe), "an unreachable broker is not fatal: %v", err)
+	}
+	assert.NoError(t, fatal.Err())
+}
+
+// failCommits makes kfake answer OffsetCommit with code while fail is set.
+func failCommits(c *kfake.Cluster, fail *atomic.Bool, code int16, calls *atomic.Int64) {
+	c.ControlKey(kmsg.OffsetCommit.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		calls.Add(1)
+		if !fail.Load() {
+			return nil, nil, false
+		}
+		req := kreq.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+func TestFailingCommitDoesNotFailThePipeline(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 4)...)
+	var fail atomic.Bool
+	var calls atomic.Int64
+	fail.Store(true)
+	failCommits(e.fake, &fail, kerr.RequestTimedOut.Code, &calls)
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\ncommit_period: 20ms\n", topic, group))
+	h.mustConnect()
+	assert.Equal(t, strs(vals("a", 4)), values(h.readN(4, readTimeout)))
+	wait(t, 10*time.Second, func() bool { return calls.Load() >= 3 })
+	e.produce(t, topic, 0, []byte("more"))
+	assert.Equal(t, []string{"more"}, values(h.readN(1, readTimeout)), "reading goes on while commits fail")
+	assert.Equal(t, int64(-1), e.committed(t, group, topic, 0))
+	fail.Store(false)
+	wait(t, 10*time.Second, func() bool { return e.committed(t, group, topic, 0) == 5 })
+	assert.NoError(t, fatal.Err())
+}
+
+func TestFinalCommitPermanentErrorIsFatal(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	var fail atomic.Bool
+	var calls atomic.Int64
+	fail.Store(true)
+	failCommits(e.fake, &fail, kerr.GroupAuthorizationFailed.Code, &calls)
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\n", topic, uniq(t, "g")))
+	h.mustConnect()
+	gs, err := h.readUntilEnd(readTimeout)
+	assert.Len(t, gs, 2)
+	var ce *CommitError
+	require.ErrorAs(t, err, &ce)
+	requireFatal(t, h, err, kerr.GroupAuthorizationFailed)
+}
+
+// The final commit retries a retriable error and the run then ends cleanly.
+func TestFinalCommitRetriesTransientErrors(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	var fail atomic.Bool
+	var calls atomic.Int64
+	fail.Store(true)
+	failCommits(e.fake, &fail, kerr.RequestTimedOut.Code, &calls)
+	go func() {
+		for calls.Load() < 3 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		fail.Store(false)
+	}()
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\ncommit_period: 1h\n", topic, group))
+	h.mustConnect()
+	assert.Len(t, h.readAll(readTimeout), 2)
+	assert.Equal(t, int64(2), e.committed(t, group, topic, 0))
+}
