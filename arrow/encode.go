@@ -47,8 +47,9 @@ type Encoder struct {
 	// Buffers of the batch being built; released after the arrays hold them.
 	bufs [numSlots]*memory.Buffer
 
-	dict    []string
-	dictIdx map[string]int32
+	dict     []string
+	dictIdx  map[string]int32
+	lastSize int // bytes of the column buffers of the last batch built
 }
 
 // NewEncoder returns an Encoder.
@@ -164,17 +165,9 @@ const (
 	numSlots
 )
 
-// estimate is the IPC size of the batch just built: its buffers, padding, and
-// room for the schema, dictionary and record batch metadata.
-func (e *Encoder) estimate() int {
-	n := 2048
-	for _, b := range e.bufs {
-		if b != nil {
-			n += b.Len() + 8
-		}
-	}
-	return n
-}
+// estimate is the IPC size of the batch built last: its buffers, padding,
+// and room for the schema, dictionary and record batch metadata.
+func (e *Encoder) estimate() int { return e.lastSize + 2048 }
 
 // alloc returns an n-byte buffer for slot s, 8-byte aligned, and keeps its
 // memory.Buffer for the arrays. With scratch, the slot's scratch slice is
@@ -234,8 +227,10 @@ func (e *Encoder) build(recs []*kgo.Record, scratch bool) (rec arrow.RecordBatch
 		e.bufs[i] = nil
 	}
 	defer func() {
+		e.lastSize = 0
 		for i, b := range e.bufs {
 			if b != nil {
+				e.lastSize += b.Len() + 8
 				b.Release() // the arrays hold their own references
 				e.bufs[i] = nil
 			}
