@@ -120,8 +120,8 @@ type Cache struct {
 	// mu guards the maps below.
 	mu      sync.RWMutex
 	entries map[string]entry
-	open    map[int64][]*kgo.Record // producer id -> records of its open transaction
-	next    map[int32]int64         // partition -> offset after the last record read
+	open    map[producerPartition][]*kgo.Record // records of open transactions
+	next    map[int32]int64                     // partition -> offset after the last record read
 
 	// writeMu serialises writes: one record is in flight at a time, so
 	// every record batch holds exactly one record and the size checked
@@ -169,7 +169,7 @@ func New(cfg Config) (*Cache, error) {
 		admCl:   admCl,
 		adm:     kadm.NewClient(admCl),
 		entries: make(map[string]entry),
-		open:    make(map[int64][]*kgo.Record),
+		open:    make(map[producerPartition][]*kgo.Record),
 		next:    make(map[int32]int64),
 	}
 	c.listEnd = c.adm.ListEndOffsets
@@ -280,7 +280,8 @@ type UncommittedRecord struct {
 }
 
 // Uncommitted returns the records of transactions that were open at the end
-// of the last read (load or Refresh), in offset order per producer. They are
+// of the last read (load or Refresh), in offset order per producer and
+// partition. They are
 // not visible through Get: they count once a later Refresh reads their
 // commit marker, and never if the transaction aborts. The kafka_eos output
 // uses this to see the positions of an in-doubt epoch.
@@ -295,7 +296,7 @@ func (c *Cache) Uncommitted() []UncommittedRecord {
 			}
 			out = append(out, UncommittedRecord{
 				Key:           string(r.Key),
-				Value:         r.Value,
+				Value:         cloneBytes(r.Value),
 				ProducerID:    r.ProducerID,
 				ProducerEpoch: r.ProducerEpoch,
 				Partition:     r.Partition,
@@ -317,6 +318,14 @@ func (c *Cache) Len() int {
 		}
 	}
 	return n
+}
+
+// cloneBytes copies v, keeping nil nil (a tombstone).
+func cloneBytes(v []byte) []byte {
+	if v == nil {
+		return nil
+	}
+	return append([]byte{}, v...)
 }
 
 func nonNil(v []byte) []byte {

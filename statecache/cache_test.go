@@ -529,3 +529,77 @@ func TestBarrierWhenTailIsInvisible(t *testing.T) {
 		t.Fatalf("end offset %d, want 3 (k, k2, barrier)", o.Offset)
 	}
 }
+
+// TestTransactionsAcrossPartitions reads one partition ahead of another: a
+// transaction's commit marker in the lagging partition must not apply the
+// records of the producer's next, still open, transaction already read from
+// the other partition.
+func TestTransactionsAcrossPartitions(t *testing.T) {
+	b := newKfake(t)
+	topic := topicName(t)
+	b.createTopic(t, topic, 2, "cleanup.policy", "compact")
+	ctx := testCtx(t)
+	c := b.newCache(t, topic)
+	mustSet(t, c, "warm", "up") // loads
+
+	// Keys for each partition, as the cache (and kgo's default) places them.
+	var onP0, onP1 []string
+	for i := 0; len(onP0) < 2 || len(onP1) < 2; i++ {
+		k := "k" + string(rune('a'+i))
+		if c.meta.partitionFor([]byte(k)) == 0 {
+			onP0 = append(onP0, k)
+		} else {
+			onP1 = append(onP1, k)
+		}
+	}
+
+	txn := b.client(t, kgo.TransactionalID(topic+"-txn"), kgo.DefaultProduceTopic(topic))
+	write := func(keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if err := txn.ProduceSync(ctx, kgo.KeyStringRecord(k, "v")).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	write(onP0[0], onP1[0])
+	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	write(onP1[1]) // the next transaction, left open
+
+	// Read partition 1 only: partition 0 is paused, so this read cannot
+	// finish; it applies what partition 1 holds.
+	old := stallAfter
+	stallAfter = time.Hour // no barrier: the pause is deliberate
+	defer func() { stallAfter = old }()
+	c.cl.PauseFetchPartitions(map[string][]int32{topic: {0}})
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := c.Refresh(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Refresh with a paused partition: %v, want a deadline", err)
+	}
+	wantValue(t, c, onP1[0], "v")
+
+	// Now partition 0, with the first transaction's marker.
+	c.cl.ResumeFetchPartitions(map[string][]int32{topic: {0}})
+	if err := c.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantValue(t, c, onP0[0], "v")
+	if _, err := c.Get(ctx, onP1[1]); !errors.Is(err, service.ErrKeyNotFound) {
+		t.Fatalf("Get of a key of the open transaction: %v, want ErrKeyNotFound", err)
+	}
+	if unc := c.Uncommitted(); len(unc) != 1 || unc[0].Key != onP1[1] {
+		t.Fatalf("Uncommitted() = %+v, want only %s", unc, onP1[1])
+	}
+	if err := txn.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -145,28 +145,40 @@ func listOffsets(ctx context.Context, list func(context.Context, ...string) (kad
 	}
 }
 
+// producerPartition keys the records of an open transaction. Markers are
+// written per partition, and partitions are read at different paces, so the
+// records held for one producer are kept apart per partition: a marker ends
+// exactly the records before it in its own partition, never those of a
+// later transaction already read from another partition.
+type producerPartition struct {
+	producerID int64
+	partition  int32
+}
+
 // apply folds one record read from the topic into the map. c.mu is held.
 //
 // Transactions are resolved here (the consumer reads read_uncommitted): a
-// transactional record is held per producer id until that producer's next
-// control record, a commit marker applies the held records, an abort marker
-// drops them. A producer has at most one open transaction, so its next
-// marker ends the records held for it.
+// transactional record is held per producer and partition until that
+// producer's next control record in the partition; a commit marker applies
+// the held records, an abort marker drops them. A producer has at most one
+// open transaction, so its next marker in a partition ends the records held
+// for it there.
 func (c *Cache) apply(r *kgo.Record) {
 	if r.Offset+1 > c.next[r.Partition] {
 		c.next[r.Partition] = r.Offset + 1
 	}
+	pp := producerPartition{r.ProducerID, r.Partition}
 	switch {
 	case r.Attrs.IsControl():
-		held := c.open[r.ProducerID]
-		delete(c.open, r.ProducerID)
+		held := c.open[pp]
+		delete(c.open, pp)
 		if isCommitMarker(r.Key) {
 			for _, h := range held {
 				c.put(h)
 			}
 		}
 	case r.Attrs.IsTransactional():
-		c.open[r.ProducerID] = append(c.open[r.ProducerID], copyRecord(r))
+		c.open[pp] = append(c.open[pp], copyRecord(r))
 	default:
 		c.put(r)
 	}
@@ -188,20 +200,14 @@ func (c *Cache) put(r *kgo.Record) {
 	if e, ok := c.entries[key]; ok && e.partition == r.Partition && e.offset >= r.Offset {
 		return
 	}
-	var v []byte
-	if r.Value != nil {
-		// Copied: a fetched value aliases its whole fetch buffer.
-		v = append([]byte{}, r.Value...)
-	}
-	c.entries[key] = entry{value: v, partition: r.Partition, offset: r.Offset}
+	// Copied: a fetched value aliases its whole fetch buffer.
+	c.entries[key] = entry{value: cloneBytes(r.Value), partition: r.Partition, offset: r.Offset}
 }
 
 func copyRecord(r *kgo.Record) *kgo.Record {
 	cp := *r
 	cp.Key = append([]byte{}, r.Key...)
-	if r.Value != nil {
-		cp.Value = append([]byte{}, r.Value...)
-	}
+	cp.Value = cloneBytes(r.Value)
 	cp.Headers = nil
 	return &cp
 }

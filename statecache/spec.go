@@ -46,7 +46,11 @@ Every key is a record key and every value a record value of one compacted topic;
 
 If the topic does not exist it is created with `+"`partitions`"+` and `+"`replication_factor`"+`, `+"`cleanup.policy=compact`"+` and `+"`segment.ms=3600000`"+` (compaction never touches the active segment, which Kafka rolls after 7 days or 1 GiB by default; one hour keeps the uncompacted tail, which every new process reads, to an hour of writes). `+"`min.compaction.lag.ms`"+` stays 0 (nothing needs old values to outlive their successor), and `+"`delete.retention.ms`"+` (Kafka default 1 day) is how long a tombstone stays readable. Tune these with kafka-configs if needed.
 
-An existing topic must have a `+"`cleanup.policy`"+` containing `+"`compact`"+`; `+"`compact,delete`"+` is accepted only with `+"`retention.ms=-1`"+` and `+"`retention.bytes=-1`"+`, since a finite retention deletes keys not rewritten in time. Anything else fails with an error naming the topic. Keys are spread over partitions with the Java client's murmur2 key hash (franz-go's default); another writer to the topic must use the same partitioner.`).
+An existing topic must have a `+"`cleanup.policy`"+` containing `+"`compact`"+`; `+"`compact,delete`"+` is accepted only with `+"`retention.ms=-1`"+` and `+"`retention.bytes=-1`"+`, since a finite retention deletes keys not rewritten in time. Anything else fails with an error naming the topic. Keys are spread over partitions with the Java client's murmur2 key hash (franz-go's default); another writer to the topic must use the same partitioner. Never add partitions to the topic: keys would move to other partitions, where compaction no longer orders their old and new values.
+
+### Permissions
+
+With ACLs the principal needs, on the topic: Describe, DescribeConfigs, Read and Write, and Create if the cache is to create it (or create the topic beforehand). Brokers before Kafka 3.0 also want IdempotentWrite on the cluster for the idempotent producer.`).
 		Fields(kafkaconf.Fields()...).
 		Fields(
 			service.NewStringField(ksFieldTopic).
