@@ -152,7 +152,9 @@ func (pr *prober) probe(ctx context.Context, p tp) error {
 	if next > pos {
 		to := min(next, stop)
 		pr.log.Debugf("Probe of %s: offsets [%d, %d) hold no data record for this isolation level", p, pos, to)
-		pr.tr.advance(p, to, 0, false, time.Now())
+		if pr.tr.advance(p, to, 0, false, time.Now()) != nil {
+			pr.tr.update(p, func(ps *partState) { ps.probed += to - pos })
+		}
 	}
 	return nil
 }

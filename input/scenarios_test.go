@@ -172,6 +172,7 @@ idle_probe_interval: 300ms
 	h.mustConnect()
 	assert.Equal(t, strs(vals("a", 2)), values(h.readAll(readTimeout)))
 	assert.Equal(t, bOffs[0], e.committed(t, group, topic, 0), "the stop is the LSO, the open transaction's first offset")
+	assert.Equal(t, int64(2), h.raw.conn.tr.snapshots()[0].probed, "the aborted records were consumed by the probe")
 }
 
 func scenarioOpenTxnAtTailLSO(t *testing.T, e *env) {

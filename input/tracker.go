@@ -41,6 +41,7 @@ type partState struct {
 	end           int64 // the latest end (LSO or HWM) seen, for lag
 	emitted       int64
 	lost          int64
+	probed        int64 // offsets the probe found empty and consumed
 }
 
 // tracker holds every partition's position and ack FIFO. The fetch loop
@@ -225,7 +226,7 @@ type snapshot struct {
 	unackedBytes                                   int64
 	finished, paused                               bool
 	lastAdvance                                    time.Time
-	emitted, lost                                  int64
+	emitted, lost, probed                          int64
 }
 
 func (t *tracker) snapshots() []snapshot {
@@ -238,7 +239,7 @@ func (t *tracker) snapshots() []snapshot {
 			tp: p, start: ps.start, stop: ps.stop, position: ps.position, ackedTo: ps.ackedTo,
 			committed: ps.committedSeen, end: ps.end, unackedBytes: ps.unackedBytes,
 			finished: ps.finished, paused: ps.paused, lastAdvance: ps.lastAdvance,
-			emitted: ps.emitted, lost: ps.lost,
+			emitted: ps.emitted, lost: ps.lost, probed: ps.probed,
 		})
 	}
 	return out

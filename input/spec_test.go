@@ -1,0 +1,125 @@
+package input
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSpecLintRules(t *testing.T) {
+	tests := []struct {
+		name, conf, wantErr string
+	}{
+		{"minimal", "topics: [ a ]", ""},
+		{"committed without group", "topics: [ a ]\nstart_offset: committed", "start_offset committed needs a consumer_group"},
+		{"committed with group", "topics: [ a ]\nstart_offset: committed\nconsumer_group: g\nreset_offset: none", ""},
+		{"reset none with earliest", "topics: [ a ]\nreset_offset: none", "reset_offset none applies only"},
+		{"specific without offsets", "topics: [ a ]\nstart_offset: specific", "start_offset specific needs start_offsets"},
+		{"stop specific without offsets", "topics: [ a ]\nstop_offset: specific", "stop_offset specific needs stop_offsets"},
+		{"start timestamp without ms", "topics: [ a ]\nstart_offset: timestamp", "start_offset timestamp needs start_timestamp_ms"},
+		{"stop timestamp without ms", "topics: [ a ]\nstop_offset: timestamp", "stop_offset timestamp needs stop_timestamp_ms"},
+		{"hwm without latest", "topics: [ a ]\nstop_at_high_watermark: true", "stop_at_high_watermark applies only"},
+		{"sasl plain without password", "topics: [ a ]\nsasl: { mechanism: PLAIN, username: u }", "sasl.password is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := service.NewStreamBuilder()
+			err := b.AddInputYAML(fmt.Sprintf("kafka_native:\n  seed_brokers: [ localhost:9092 ]\n  %s\n",
+				strings.ReplaceAll(tt.conf, "\n", "\n  ")))
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.wantErr)
+		})
+	}
+}
+
+// The same rules hold for a config that is not linted (built in code).
+func TestConfigValidation(t *testing.T) {
+	for _, tt := range []struct{ conf, wantErr string }{
+		{"topics: [ a ]\nstart_offset: committed", "committed needs a consumer_group"},
+		{"topics: [ a, 'a:1' ]", "listed both whole and with pinned partitions"},
+		{"topics: [ 'a:x' ]", "is not a non-negative number"},
+		{"topics: [ 'a:0' ]\nstart_offset: specific\nstart_offsets: { 'b:0': 1 }", "b:0 is not among the partitions read"},
+		{"topics: [ ]", "at least one topic"},
+		{"topics: [ a ]\nmax_batch_records: 0", "must be at least 1"},
+	} {
+		pc, err := Spec().ParseYAML("seed_brokers: [ x:1 ]\n"+tt.conf, nil)
+		require.NoError(t, err, tt.conf)
+		_, err = newInputFromParsed(pc, service.MockResources())
+		require.Error(t, err, tt.conf)
+		assert.Contains(t, err.Error(), tt.wantErr, tt.conf)
+	}
+}
+
+func TestParseTopics(t *testing.T) {
+	pc, err := Spec().ParseYAML("seed_brokers: [ x:1 ]\ntopics: [ b, 'a:2', 'a:0', 'my.topic-1:3' ]", nil)
+	require.NoError(t, err)
+	c, err := configFromParsed(pc)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b", "my.topic-1"}, c.topicOrder)
+	assert.True(t, c.topics["b"].all)
+	assert.Equal(t, map[int32]bool{0: true, 2: true}, c.topics["a"].partitions)
+	assert.Equal(t, map[int32]bool{3: true}, c.topics["my.topic-1"].partitions)
+}
+
+// A bounded read run as a Benthos stream ends by itself (the stream's Run
+// returns nil, so `connect-eos run` exits 0) after emitting exactly the
+// committed records below the stops.
+func TestStreamBoundedReadEnds(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 3)
+	for p := int32(0); p < 3; p++ {
+		e.produce(t, topic, p, vals(fmt.Sprintf("p%d-", p), 10*int(p))...)
+	}
+	x := e.beginTxn(t)
+	x.produce(topic, 1, vals("aborted", 3)...)
+	x.end(false)
+	e.waitEnd(t, topic, 1, 14)
+	group := uniq(t, "g")
+
+	b := service.NewStreamBuilder()
+	require.NoError(t, b.SetLoggerYAML("level: warn"))
+	require.NoError(t, b.AddInputYAML(fmt.Sprintf(`
+kafka_native:
+  seed_brokers: [ %s ]
+  topics: [ %s ]
+  consumer_group: %s
+  stop_offset: latest
+  max_batch_records: 3
+`, strings.Join(e.brokers, ","), topic, group)))
+	var (
+		mu  sync.Mutex
+		got = map[string][]string{}
+	)
+	require.NoError(t, b.AddBatchConsumerFunc(func(_ context.Context, mb service.MessageBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range mb {
+			p, _ := m.MetaGet(metaPartition)
+			v, _ := m.AsBytes()
+			got[p] = append(got[p], string(v))
+		}
+		return nil
+	}))
+	s, err := b.Build()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, s.Run(ctx))
+	assert.Empty(t, got["0"])
+	assert.Equal(t, strs(vals("p1-", 10)), got["1"])
+	assert.Equal(t, strs(vals("p2-", 20)), got["2"])
+	assert.Equal(t, int64(14), e.committed(t, group, topic, 1), "lag 0 behind the ABORT marker")
+	assert.Equal(t, int64(20), e.committed(t, group, topic, 2))
+}
