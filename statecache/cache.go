@@ -387,7 +387,9 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 }
 
 // ensureLoaded creates or checks the topic and reads it to its end, once. A
-// failed load is retried by the next call.
+// failed load is retried by the next call, which continues the read where the
+// failed one stopped: a caller with a short deadline on a large topic still
+// makes progress call after call.
 func (c *Cache) ensureLoaded(ctx context.Context) error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -404,22 +406,19 @@ func (c *Cache) ensureLoaded(ctx context.Context) error {
 		return nil
 	}
 	if err := c.load(ctx); err != nil {
-		if c.cl != nil {
-			c.cl.Close()
-			c.cl = nil
-		}
-		c.mu.Lock()
-		clear(c.entries)
-		clear(c.open)
-		clear(c.next)
-		c.mu.Unlock()
 		return err
 	}
 	c.loaded.Store(true)
 	return nil
 }
 
+// load checks the topic and builds the client the first time, then reads to
+// the end. Until the client exists, every attempt checks the topic again, so
+// an operator fixing a rejected topic does not need a restart.
 func (c *Cache) load(ctx context.Context) error {
+	if c.cl != nil {
+		return c.readToEnd(ctx)
+	}
 	meta, err := c.ensureTopic(ctx)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package statecache
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -239,6 +240,18 @@ func testRejectsNonCompactedTopic(t *testing.T, b *backend) {
 	if o, _ := los.Lookup(topic, 0); o.Offset != 0 {
 		t.Fatalf("end offset %d after a rejected write, want 0", o.Offset)
 	}
+
+	// Fixing the topic needs no new cache: the next call checks again.
+	compact := "compact"
+	rs, err := b.admin(t).AlterTopicConfigs(testCtx(t), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: &compact}}, topic)
+	if err == nil {
+		err = rs[0].Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSet(t, c, "k", "v")
+	wantValue(t, c, "k", "v")
 }
 
 func testRejectsCompactDeleteWithRetention(t *testing.T, b *backend) {
@@ -601,5 +614,33 @@ func TestTransactionsAcrossPartitions(t *testing.T) {
 	}
 	if err := txn.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLoadResumesAfterDeadline gives the first calls too little time to read
+// the topic: each fails with the deadline, none returns a partial view, and a
+// later call with time completes the load.
+func TestLoadResumesAfterDeadline(t *testing.T) {
+	b := newKfake(t)
+	topic := topicName(t)
+	b.createTopic(t, topic, 1, "cleanup.policy", "compact")
+	w := b.newCache(t, topic)
+	for i := 0; i < 200; i++ {
+		mustSet(t, w, "k"+strconv.Itoa(i), strconv.Itoa(i))
+	}
+
+	c := b.newCache(t, topic)
+	for i := 0; i < 3; i++ {
+		short, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, err := c.Get(short, "k199")
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Get with a 1ms deadline: %v, want a deadline or the value", err)
+		}
+	}
+	wantValue(t, c, "k199", "199")
+	wantValue(t, c, "k0", "0")
+	if n := c.Len(); n != 200 {
+		t.Fatalf("Len = %d, want 200", n)
 	}
 }
