@@ -178,7 +178,9 @@ func (c *config) producerOpts() []kgo.Opt {
 		// metadata refreshes instead of stalling the epoch until the
 		// transaction times out.
 		kgo.UnknownTopicRetries(3),
-		kgo.RecordDeliveryTimeout(c.commitBudget),
+		// A record may take as long as its epoch may live; franz-go
+		// refuses less than 1s.
+		kgo.RecordDeliveryTimeout(max(c.txnTimeout-timeoutMargin(c.txnTimeout), time.Second)),
 	}
 	switch c.partitioner {
 	case keoPartitionerManual:

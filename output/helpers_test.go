@@ -44,6 +44,10 @@ func parse(t testing.TB, yaml string) *service.ParsedConfig {
 }
 
 func baseYAML(brokers []string, txnID string, extra string) string {
+	return yamlFor(brokers, testTopic, txnID, extra)
+}
+
+func yamlFor(brokers []string, topic, txnID string, extra string) string {
 	return fmt.Sprintf(`
 seed_brokers: [ %s ]
 topic: %s
@@ -54,7 +58,7 @@ transaction_timeout: 30s
 commit_timeout: 5s
 epoch:
   interval: 50ms
-%s`, strings.Join(brokers, ","), testTopic, txnID, extra)
+%s`, strings.Join(brokers, ","), topic, txnID, extra)
 }
 
 // newTestOutput builds and connects an output on res.

@@ -1,0 +1,245 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/connect-eos/connect-eos/integration/kafkatest"
+	"github.com/connect-eos/connect-eos/internal/fatal"
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// These tests run on Apache Kafka (integration/kafka/up.sh --tv 0|2, found
+// through KAFKA_BROKERS_TV0 / KAFKA_BROKERS_TV2) and skip without it. They are
+// the judge for what kfake does not model: DescribeTransactions states
+// (CompleteCommit, CompleteAbort after a timeout), EndTxn retries of a
+// completed commit, and PRODUCER_FENCED after a timeout.
+
+type kafkaEnv struct {
+	tv      txnstate.TxnVersion
+	brokers []string
+	topic   string
+	txnID   string
+}
+
+func forEachKafka(t *testing.T, fn func(t *testing.T, env kafkaEnv)) {
+	for _, tv := range []int{0, 2} {
+		t.Run(fmt.Sprintf("tv%d", tv), func(t *testing.T) {
+			b := kafkatest.Brokers(t, tv)
+			env := kafkaEnv{
+				tv:      txnstate.TxnVersion(tv),
+				brokers: strings.Split(b, ","),
+				topic:   kafkatest.Topic(t, b, 3),
+				// Transactional ids outlive the test on a real broker.
+				txnID: fmt.Sprintf("eos-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano()),
+			}
+			fn(t, env)
+		})
+	}
+}
+
+func (e kafkaEnv) yaml(extra string) string { return yamlFor(e.brokers, e.topic, e.txnID, extra) }
+
+func (e kafkaEnv) count(t *testing.T, prefix string) int {
+	n := 0
+	for _, v := range readCommitted(t, e.brokers, e.topic) {
+		if strings.HasPrefix(v, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func crashAt(step commitStep, epoch uint64) *testHooks {
+	return &testHooks{atStep: func(s commitStep, n uint64) error {
+		if s == step && n == epoch {
+			return errCrash
+		}
+		return nil
+	}}
+}
+
+func TestKafkaCommitAndRecover(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		for _, tc := range []struct {
+			name        string
+			step        commitStep
+			mode        txnstate.Mode
+			wantVisible bool
+			wantState   txnstate.State
+			wantOutcome string
+		}{
+			// Open at the stored (pid, epoch): plain mode aborts it.
+			{"after prepare plain", stepPrepared, txnstate.Plain, false, txnstate.Aborted, outcomeAborted},
+			// Open at the stored (pid, epoch): resumed by a raw EndTxn
+			// pinned to the stored version (Kafka-to-Kafka and dedupe modes).
+			{"after prepare resumed", stepPrepared, txnstate.KafkaToKafka, true, txnstate.Committed, outcomeResumed},
+			// CompleteCommit at e (TV0) / e+1 (TV2): found committed.
+			{"after end txn", stepEnded, txnstate.Plain, true, txnstate.Committed, outcomeFoundCommitted},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				res := newResources()
+				a := newTestOutput(t, res, env.yaml(""))
+				if a.clusterTV != env.tv {
+					t.Fatalf("detected transaction version %d, want %d", a.clusterTV, env.tv)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				prefix := strings.ReplaceAll(tc.name, " ", "_")
+				if err := a.WriteBatch(ctx, batchOf(prefix+"-first", 3)); err != nil {
+					t.Fatal(err)
+				}
+				a.hooks = crashAt(tc.step, 2)
+				if err := a.WriteBatch(ctx, batchOf(prefix+"-crashed", 4)); err == nil {
+					t.Fatal("crashed epoch acked")
+				}
+				stored, _ := slotRecord(t, a, 0)
+				if tc.step == stepEnded {
+					// A retried commit of an epoch that already committed
+					// says so (NONE) under both versions, as long as the
+					// slot was not re-initialised since.
+					if res, err := a.rawEndTxn(ctx, stored); res != txnstate.RetryOK {
+						t.Fatalf("retried commit of a committed epoch: %v %v", res, err)
+					}
+				}
+
+				b := newUnconnected(t, res, env.yaml(""))
+				b.conf.mode = tc.mode
+				if err := b.Connect(ctx); err != nil {
+					t.Fatal(err)
+				}
+				r, _ := slotRecord(t, b, 0)
+				if r.Epoch != 2 || r.State != tc.wantState || r.TxnVersion != env.tv {
+					t.Fatalf("epoch 2 record %+v, want %s under TV%d", r, tc.wantState, env.tv)
+				}
+				if got := b.m.tally.get(metricInDoubtResolved + "/" + tc.wantOutcome); got != 1 {
+					t.Fatalf("in-doubt %s = %d", tc.wantOutcome, got)
+				}
+				if err := b.WriteBatch(ctx, batchOf(prefix+"-after", 2)); err != nil {
+					t.Fatal(err)
+				}
+				want := 0
+				if tc.wantVisible {
+					want = 4
+				}
+				if got := env.count(t, prefix+"-crashed"); got != want {
+					t.Fatalf("crashed epoch: %d records visible, want %d", got, want)
+				}
+				if env.count(t, prefix+"-first") != 3 || env.count(t, prefix+"-after") != 2 {
+					t.Fatal("the other epochs are not whole")
+				}
+			})
+		}
+	})
+}
+
+// An epoch that timed out while the process was down is found aborted
+// (CompleteAbort at e+1 under TV0, e+2 under TV2).
+func TestKafkaTimedOutWhileDown(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		res := newResources()
+		yaml := env.yaml("commit_timeout: 500ms\n") + "transaction_timeout: 3s\n"
+		yaml = strings.Replace(yaml, "transaction_timeout: 30s\n", "", 1)
+		a := newTestOutput(t, res, yaml)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		a.hooks = crashAt(stepPrepared, 1)
+		_ = a.WriteBatch(ctx, batchOf("late", 3))
+		r0, _ := slotRecord(t, a, 1)
+		// Wait for the coordinator to abort it (the broker checks every second).
+		kafkatest.Wait(t, 30*time.Second, func() bool {
+			obs, err := a.describe(ctx, r0.TransactionalID)
+			return err == nil && txnstate.Decide(r0, obs) == txnstate.FoundAborted
+		})
+		b := newTestOutput(t, res, yaml)
+		if r, _ := slotRecord(t, b, 1); r.State != txnstate.Aborted {
+			t.Fatalf("record %+v", r)
+		}
+		if b.m.tally.get(metricInDoubtResolved+"/"+outcomeFoundAborted) != 1 {
+			t.Fatal("in-doubt metric")
+		}
+		if env.count(t, "late") != 0 {
+			t.Fatal("timed-out epoch visible")
+		}
+	})
+}
+
+// Our own transaction timing out is told apart from a zombie: the epoch is
+// aborted and nacked, the slot re-initialised, and the output carries on.
+func TestKafkaOwnTimeoutNotZombie(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		var (
+			mu     sync.Mutex
+			raised error
+		)
+		restore := fatal.SetHandler(func(err error) { mu.Lock(); raised = err; mu.Unlock() })
+		defer restore()
+		res := newResources()
+		yaml := strings.Replace(env.yaml("commit_timeout: 500ms\n"), "transaction_timeout: 30s\n", "transaction_timeout: 3s\n", 1)
+		o := newTestOutput(t, res, yaml)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		// Stall epoch 1 after PREPARE until the coordinator aborted it.
+		o.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+			if s == stepPrepared && n == 1 {
+				r, _ := slotRecord(t, o, 1)
+				kafkatest.Wait(t, 30*time.Second, func() bool {
+					obs, err := o.describe(ctx, r.TransactionalID)
+					return err == nil && (obs.State == txnstate.BrokerCompleteAbort || obs.State == txnstate.BrokerPrepareAbort)
+				})
+			}
+			return nil
+		}}
+		err := o.WriteBatch(ctx, batchOf("timedout", 3))
+		if !errors.Is(err, ErrEpochAborted) {
+			t.Fatalf("timed-out epoch: %v, want an epoch abort", err)
+		}
+		o.hooks = nil
+		for i := range 3 {
+			if err := o.WriteBatch(ctx, batchOf(fmt.Sprintf("next%d", i), 2)); err != nil {
+				t.Fatalf("after our own timeout: %v", err)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if raised != nil {
+			t.Fatalf("own timeout raised fatal: %v", raised)
+		}
+		if r, _ := slotRecord(t, o, 1); r.Epoch == 1 && r.State != txnstate.Aborted {
+			t.Fatalf("record %+v", r)
+		}
+		if env.count(t, "timedout") != 0 || env.count(t, "next") != 6 {
+			t.Fatal("visible records")
+		}
+	})
+}
+
+func TestKafkaZombieFenced(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		restore := fatal.SetHandler(func(error) {})
+		defer restore()
+		a := newTestOutput(t, newResources(), env.yaml(""))
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := a.WriteBatch(ctx, batchOf("before", 2)); err != nil {
+			t.Fatal(err)
+		}
+		newTestOutput(t, newResources(), env.yaml(""))
+		var err error
+		for i := 0; i < 4 && err == nil; i++ {
+			err = a.WriteBatch(ctx, batchOf("zombie", 2))
+		}
+		var fe *FencedError
+		if !errors.As(err, &fe) || !strings.HasPrefix(fe.TransactionalID, env.txnID+"-") {
+			t.Fatalf("%v, want a FencedError naming %s-<n>", err, env.txnID)
+		}
+		if env.count(t, "zombie") != 0 || env.count(t, "before") != 2 {
+			t.Fatal("visible records")
+		}
+	})
+}
