@@ -39,7 +39,9 @@ var scenarios = []struct {
 	{"UnboundedMultiPartition", scenarioUnboundedMultiPartition},
 	{"PauseResumeUnderBackpressure", scenarioBackpressure},
 	{"UnknownTopic", scenarioUnknownTopic},
+	{"TopicDeletedWhileReading", scenarioTopicDeleted},
 	{"RestoreFromCommitted", scenarioRestore},
+	{"TimestampStartAndStop", scenarioTimestamps},
 }
 
 func TestScenariosKfake(t *testing.T) {
@@ -600,4 +602,60 @@ commit_period: 20ms
 	assert.Equal(t, int64(4), e.committed(t, group, topic, 1))
 }
 
-var _ = kgo.Record{}
+// A topic deleted while it is read: kgo retries UNKNOWN_TOPIC_OR_PARTITION
+// silently by default; the input keeps those errors and stops the stream once
+// they outlived the grace period.
+func scenarioTopicDeleted(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+unknown_topic_grace_period: 1s
+`, topic))
+	h.mustConnect()
+	assert.Equal(t, strs(vals("a", 2)), values(h.readN(2, readTimeout)))
+	_, err := e.adm.DeleteTopic(context.Background(), topic)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	_, _, err = h.in.ReadBatch(ctx)
+	require.Error(t, err)
+	assert.True(t, isUnknownTopic(err), "%v", err)
+	assert.Contains(t, err.Error(), topic)
+	select {
+	case <-h.fatal:
+	case <-time.After(time.Second):
+		t.Fatal("not fatal")
+	}
+}
+
+func scenarioTimestamps(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 6 {
+		r := &kgo.Record{Topic: topic, Partition: 0, Value: fmt.Appendf(nil, "a%d", i), Timestamp: base.Add(time.Duration(i) * time.Second)}
+		require.NoError(t, e.cl.ProduceSync(ctx, r).FirstErr())
+	}
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+start_offset: timestamp
+start_timestamp_ms: %d
+stop_offset: timestamp
+stop_timestamp_ms: %d
+`, topic, base.Add(1500*time.Millisecond).UnixMilli(), base.Add(4*time.Second).UnixMilli()))
+	h.mustConnect()
+	gs := h.readAll(readTimeout)
+	assert.Equal(t, []string{"a2", "a3"}, values(gs), "from the first record at or after the start time to the first at or after the stop time, excluded")
+
+	// A stop time after the last record stops at the end listed at start.
+	h2 := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+stop_offset: timestamp
+stop_timestamp_ms: %d
+`, topic, time.Now().Add(time.Hour).UnixMilli()))
+	h2.mustConnect()
+	e.produce(t, topic, 0, []byte("late"))
+	assert.Len(t, h2.readAll(readTimeout), 6)
+}
