@@ -23,8 +23,9 @@ type DecoderOpt func(*Decoder)
 // overriding the default memory.DefaultAllocator (the Go heap). An
 // uncompressed stream, which is what the Encoder writes, allocates almost
 // nothing: the batches alias the input bytes. Compressed streams (LZ4 or
-// ZSTD, written by other Arrow implementations) are decompressed into
-// buffers from this allocator, freed when the Batch is released.
+// ZSTD, written by other Arrow implementations; see WithCompressedInput)
+// are decompressed into buffers from this allocator, freed when the Batch is
+// released.
 func DecoderAllocator(mem memory.Allocator) DecoderOpt {
 	return func(d *Decoder) { d.mem = mem }
 }
@@ -40,12 +41,25 @@ func WithMaxDecodedBytes(n int64) DecoderOpt {
 	return func(d *Decoder) { d.maxAlloc = n }
 }
 
+// WithCompressedInput lets the decoder read IPC bodies compressed with LZ4
+// or ZSTD (as other Arrow writers may produce; the Encoder never compresses,
+// since Kafka compresses on the wire). It is off by default because a
+// compressed stream is a larger attack surface: the decompressed sizes are
+// bounded by WithMaxDecodedBytes, but the ZSTD decoder's own window buffer
+// is not: a 20-byte ZSTD frame declaring the largest window makes
+// klauspost/compress allocate 512 MiB, outside any allocator given here.
+// Enable it only for producers you trust.
+func WithCompressedInput() DecoderOpt {
+	return func(d *Decoder) { d.compressed = true }
+}
+
 // Decoder reads Arrow IPC streams in [Schema] into validated Batches.
 // A Decoder holds only its options: it is safe for concurrent use, and
 // cheap enough to create per call.
 type Decoder struct {
-	mem      memory.Allocator
-	maxAlloc int64
+	mem        memory.Allocator
+	maxAlloc   int64
+	compressed bool
 }
 
 // NewDecoder returns a Decoder.
@@ -88,7 +102,7 @@ func (d *Decoder) Decode(b []byte) (batches []*Batch, err error) {
 	if d.maxAlloc > 0 {
 		mem = &limitAllocator{mem: d.mem, left: d.maxAlloc}
 	}
-	mr := &bytesMessageReader{b: b}
+	mr := &bytesMessageReader{b: b, compressed: d.compressed}
 	mr.refs.Store(1)
 	defer mr.Release()
 	rdr, err := ipc.NewReaderFromMessageReader(mr,
@@ -169,12 +183,13 @@ func recovered(r any) error {
 // for a clean end) is an error. Its bounds checks also replace arrow-go's
 // metadata and body size limits, which ipc.NewReader does not apply.
 type bytesMessageReader struct {
-	b    []byte
-	pos  int
-	eos  bool
-	err  error // the first framing error, more precise than arrow-go's wrapping
-	msg  *ipc.Message
-	refs atomic.Int64
+	b          []byte
+	compressed bool // accept compressed bodies
+	pos        int
+	eos        bool
+	err        error // the first framing error, more precise than arrow-go's wrapping
+	msg        *ipc.Message
+	refs       atomic.Int64
 }
 
 const continuationToken = 0xFFFFFFFF
@@ -229,8 +244,12 @@ func (r *bytesMessageReader) Message() (msg *ipc.Message, err error) {
 	if bodyStart%8 != 0 {
 		return r.fail("message body at byte %d is not 8-byte aligned", bodyStart)
 	}
-	if err := checkMeta(r.b[start:bodyStart]); err != nil {
+	codec, err := checkMeta(r.b[start:bodyStart])
+	if err != nil {
 		return r.fail("message at byte %d: %v", r.pos, err)
+	}
+	if codec != codecNone && !r.compressed {
+		return r.fail("message at byte %d: body compressed with %s; the Encoder never compresses, and decoding compressed input must be enabled with WithCompressedInput", r.pos, codecName(codec))
 	}
 	meta := memory.NewBufferBytes(r.b[start:bodyStart:bodyStart])
 	probe := ipc.NewMessage(meta, memory.NewBufferBytes(nil))

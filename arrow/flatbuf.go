@@ -31,8 +31,34 @@ const (
 // to at most the buffer's size. Offsets are computed with the same uint32
 // arithmetic as github.com/google/flatbuffers/go. Field numbers follow
 // Message.fbs and Schema.fbs of the Arrow format.
-func checkMeta(meta []byte) error {
-	c := &fbCheck{b: meta}
+//
+// It returns the compression codec of a record or dictionary batch body
+// (codecNone when uncompressed).
+func checkMeta(meta []byte) (codec int, err error) {
+	c := &fbCheck{b: meta, codec: codecNone}
+	err = c.message()
+	return c.codec, err
+}
+
+// Body compression codecs of the Arrow format (CompressionType), and
+// codecNone for an uncompressed body.
+const (
+	codecNone = -1
+	codecLZ4  = 0
+	codecZSTD = 1
+)
+
+func codecName(c int) string {
+	switch c {
+	case codecLZ4:
+		return "LZ4_FRAME"
+	case codecZSTD:
+		return "ZSTD"
+	}
+	return fmt.Sprintf("codec %d", c)
+}
+
+func (c *fbCheck) message() error {
 	root, err := c.u32(0)
 	if err != nil {
 		return err
@@ -68,6 +94,7 @@ type fbCheck struct {
 	b        []byte
 	fields   int
 	strBytes uint64
+	codec    int
 }
 
 func (c *fbCheck) errf(format string, args ...any) error {
@@ -255,8 +282,20 @@ func (c *fbCheck) fieldTable(tab uint32, depth int) error {
 }
 
 // recordBatch: 0 length, 1 nodes (16-byte structs), 2 buffers (16-byte
-// structs), 3 compression, 4 variadicBufferCounts.
+// structs), 3 compression (BodyCompression: 0 codec, 1 method),
+// 4 variadicBufferCounts.
 func (c *fbCheck) recordBatch(tab uint32) error {
+	comp, ok, err := c.ref(tab, 3)
+	if err != nil {
+		return err
+	}
+	if ok {
+		codec, err := c.byteField(comp, 0)
+		if err != nil {
+			return err
+		}
+		c.codec = int(codec)
+	}
 	for _, v := range []struct {
 		k    int
 		elem uint64

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -432,12 +433,15 @@ func TestDecodeAllocationLimit(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := NewDecoder().DecodeRecords(buf.Bytes())
+	if _, err := NewDecoder().Decode(buf.Bytes()); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "LZ4_FRAME") {
+		t.Fatalf("compressed input without WithCompressedInput: %v", err)
+	}
+	got, err := NewDecoder(WithCompressedInput()).DecodeRecords(buf.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireSameRecords(t, recs, got)
-	if _, err := NewDecoder(WithMaxDecodedBytes(10_000)).Decode(buf.Bytes()); !errors.Is(err, ErrTooLarge) {
+	if _, err := NewDecoder(WithCompressedInput(), WithMaxDecodedBytes(10_000)).Decode(buf.Bytes()); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("got %v", err)
 	}
 }
