@@ -148,3 +148,33 @@ type dropOutput struct{}
 func (dropOutput) Connect(context.Context) error                          { return nil }
 func (dropOutput) WriteBatch(context.Context, service.MessageBatch) error { return nil }
 func (dropOutput) Close(context.Context) error                            { return nil }
+
+// TestSpecExamplesLint builds every example of the spec as a stream's
+// resources, with linting on, so the docs never show a config that fails.
+func TestSpecExamplesLint(t *testing.T) {
+	var view *service.ConfigView
+	service.GlobalEnvironment().WalkCaches(func(name string, v *service.ConfigView) {
+		if name == "kafka_state" {
+			view = v
+		}
+	})
+	if view == nil {
+		t.Fatal("kafka_state is not registered")
+	}
+	data, err := view.TemplateData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data.Examples) == 0 {
+		t.Fatal("no examples")
+	}
+	for _, ex := range data.Examples {
+		t.Run(ex.Title, func(t *testing.T) {
+			sb := service.NewStreamBuilder()
+			sb.SetEnvVarLookupFunc(func(string) (string, bool) { return "", false })
+			if err := sb.AddResourcesYAML(ex.Config); err != nil {
+				t.Fatalf("example %q does not lint: %v", ex.Title, err)
+			}
+		})
+	}
+}
