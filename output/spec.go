@@ -3,6 +3,12 @@ package output
 import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	// The lint rule below uses parse_duration, a method of the pure bundle.
+	// Benthos parses a spec's lint rule when the spec is registered, against
+	// the bloblang methods registered so far, so the bundle must initialise
+	// before this package does.
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
+
 	"github.com/connect-eos/connect-eos/internal/kafkaconf"
 )
 
