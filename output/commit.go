@@ -119,11 +119,20 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		return
 	}
 	if err := ep.slot.cl.Flush(dctx); err != nil {
-		o.abortEpoch(ctx, ep, fmt.Errorf("flush: %w (epoch older than transaction_timeout minus margin?)", err), false)
+		if errors.Is(dctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: flush: %v", errEpochDeadline, err)
+		}
+		o.abortEpoch(ctx, ep, err, false)
 		return
 	}
 	if err := ep.failure(); err != nil {
 		o.abortEpoch(ctx, ep, err, false)
+		return
+	}
+	if time.Now().After(deadline) {
+		// Flush returns at once when nothing is buffered, whatever its
+		// context: check the deadline ourselves.
+		o.abortEpoch(ctx, ep, errEpochDeadline, false)
 		return
 	}
 	ep.advance(txnstate.PhaseFlushed)
@@ -160,6 +169,10 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		return
 	}
 
+	if time.Now().After(deadline) {
+		o.abortEpoch(ctx, ep, errEpochDeadline, true, rec)
+		return
+	}
 	o.mu.Lock()
 	if o.stopErr != nil {
 		o.mu.Unlock()
@@ -423,3 +436,8 @@ func (o *output) stopInDoubt(ep *epoch, rec txnstate.Record, err error) {
 }
 
 var errCrash = errors.New("kafka_eos: test crash")
+
+// errEpochDeadline aborts an epoch locally before the coordinator's
+// transaction timeout would (transaction_timeout minus a 10% margin after the
+// epoch opened): an abort we choose is cheaper than a fence we must diagnose.
+var errEpochDeadline = errors.New("epoch reached transaction_timeout minus margin before its commit")

@@ -399,10 +399,9 @@ func (o *output) stop(err error, raise bool) error {
 
 func (o *output) bufferedBytes() int64 {
 	o.mu.Lock()
-	slots := o.slots
-	o.mu.Unlock()
+	defer o.mu.Unlock()
 	var n int64
-	for _, s := range slots {
+	for _, s := range o.slots {
 		if s.cl != nil {
 			n += s.cl.BufferedProduceBytes()
 		}

@@ -1,0 +1,230 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// Lingering transactions of slots beyond a (now smaller) pool are aborted at
+// start; a transaction of another deployment whose id extends ours
+// ("app-2-x") is left alone (exact matching, never a prefix).
+func TestOrphanSlotsAborted(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		step  commitStep
+		state txnstate.State // slot 2's record after the restart
+	}{
+		{"open, never prepared", stepProduced, ""},
+		{"prepared", stepPrepared, txnstate.Aborted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			res := newResources()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+
+			// Another deployment's live transaction on "app-2-x".
+			foreign, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("app-2-x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer foreign.Close()
+			if err := foreign.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if err := foreign.ProduceSync(ctx, &kgo.Record{Topic: testTopic, Value: []byte("foreign")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+
+			// Pool of 3: epochs 1, 2 commit on slots 1, 2... epoch 2 lands
+			// on slot 2 and crashes there.
+			a := newTestOutput(t, res, baseYAML(c.ListenAddrs(), "app", "producer_pool_size: 3\n"))
+			if err := a.WriteBatch(ctx, batchOf("one", 2)); err != nil {
+				t.Fatal(err)
+			}
+			a.hooks = crashAt(tc.step, 2)
+			_ = a.WriteBatch(ctx, batchOf("orphan", 2))
+
+			adm := kadm.NewClient(a.admin)
+			if ds, _ := adm.DescribeTransactions(ctx, "app-2"); ds["app-2"].State != txnstate.BrokerOngoing {
+				t.Fatalf("app-2 before restart: %+v", ds["app-2"])
+			}
+
+			b := newTestOutput(t, res, baseYAML(c.ListenAddrs(), "app", "producer_pool_size: 2\n"))
+			badm := kadm.NewClient(b.admin)
+			ds, err := badm.DescribeTransactions(ctx, "app-2", "app-2-x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ds["app-2"].State == txnstate.BrokerOngoing {
+				t.Fatal("the orphaned slot's transaction is still open")
+			}
+			if ds["app-2-x"].State != txnstate.BrokerOngoing {
+				t.Fatalf("another deployment's transaction was touched: %+v", ds["app-2-x"])
+			}
+			if hw, _ := b.store.slotsHighWater(ctx); hw != 3 {
+				t.Fatalf("pool high-water mark %d, want 3 (kept so later starts look at slot 2)", hw)
+			}
+			r, ok := slotRecord(t, b, 2)
+			if tc.state == "" && ok && r.Epoch == 2 {
+				t.Fatalf("slot 2: %+v", r)
+			}
+			if tc.state != "" && r.State != tc.state {
+				t.Fatalf("slot 2: %+v, want %s", r, tc.state)
+			}
+			for _, v := range readCommitted(t, c.ListenAddrs(), testTopic) {
+				if strings.HasPrefix(v, "orphan") {
+					t.Fatal("orphan epoch visible")
+				}
+			}
+		})
+	}
+}
+
+// An epoch still uncommitted at transaction_timeout minus the margin is
+// aborted locally (not left to the coordinator), nacked, and the output
+// carries on.
+func TestLocalEpochDeadline(t *testing.T) {
+	c := newCluster(t)
+	yaml := strings.Replace(baseYAML(c.ListenAddrs(), "app", "commit_timeout: 1s\n"), "transaction_timeout: 30s", "transaction_timeout: 4s", 1)
+	o := newTestOutput(t, newResources(), yaml)
+	o.hooks = &testHooks{beforeCommit: func(n uint64) {
+		if n == 1 {
+			time.Sleep(3700 * time.Millisecond) // past 4s - 10%, before 4s
+		}
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := o.WriteBatch(ctx, batchOf("slow", 2))
+	if !errors.Is(err, errEpochDeadline) {
+		t.Fatalf("%v, want the local deadline abort", err)
+	}
+	if err := o.WriteBatch(ctx, batchOf("fast", 2)); err != nil {
+		t.Fatal(err)
+	}
+	got := readCommitted(t, c.ListenAddrs(), testTopic)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "fast") {
+		t.Fatalf("visible %v", got)
+	}
+}
+
+// A batch is never split across epochs: epochs close after whole batches.
+func TestBatchesNeverSplit(t *testing.T) {
+	c := newCluster(t)
+	yaml := strings.Replace(baseYAML(c.ListenAddrs(), "app", "max_in_flight: 16\n"), "epoch:\n", "epoch:\n  max_records: 4\n", 1)
+	o := newTestOutput(t, newResources(), yaml)
+	var (
+		mu    sync.Mutex
+		sizes []int
+	)
+	o.hooks = &testHooks{beforeCommit: func(n uint64) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		for _, ep := range o.live {
+			if ep.n == n {
+				mu.Lock()
+				sizes = append(sizes, ep.records)
+				mu.Unlock()
+			}
+		}
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Go(func() {
+			if err := o.WriteBatch(ctx, batchOf("b", 3)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, n := range sizes {
+		if n%3 != 0 || n > 6 {
+			t.Fatalf("epoch sizes %v: a batch of 3 was split, or the limit of 4 ignored beyond one batch", sizes)
+		}
+		total += n
+	}
+	if total != 36 {
+		t.Fatalf("epochs hold %d records, want 36", total)
+	}
+}
+
+// Metadata keys selected by `metadata` become headers; the manual partitioner
+// writes to the interpolated partition.
+func TestHeadersAndManualPartition(t *testing.T) {
+	c := newCluster(t)
+	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", "partitioner: manual\npartition: ${! meta(\"p\") }\nmetadata:\n  include_prefixes: [ h_ ]\n"))
+	b := batchOf("m", 2)
+	for i, m := range b {
+		m.MetaSetMut("p", []string{"2", "0"}[i])
+		m.MetaSetMut("h_trace", "t1")
+		m.MetaSetMut("secret", "no")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := o.WriteBatch(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(testTopic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for len(recs) < 2 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
+	}
+	for _, r := range recs {
+		want := map[string]int32{"m-0": 2, "m-1": 0}[string(r.Value)]
+		if r.Partition != want {
+			t.Errorf("%s on partition %d, want %d", r.Value, r.Partition, want)
+		}
+		if len(r.Headers) != 1 || r.Headers[0].Key != "h_trace" || string(r.Headers[0].Value) != "t1" {
+			t.Errorf("%s headers %v, want only h_trace", r.Value, r.Headers)
+		}
+	}
+	// A bad partition fails that message alone, before anything is produced.
+	bad := batchOf("bad", 2)
+	bad[0].MetaSetMut("p", "0")
+	bad[1].MetaSetMut("p", "x")
+	err = o.WriteBatch(ctx, bad)
+	var be interface{ IndexedErrors() int }
+	if !errors.As(err, &be) || be.IndexedErrors() != 1 || !strings.Contains(err.Error(), "partition") {
+		t.Fatalf("%v, want a BatchError for message 1 naming the partition field", err)
+	}
+}
+
+// Close releases every waiter; a batch left in an unfinished epoch is
+// nacked (its transaction never reached PREPARE: the next start aborts it).
+func TestCloseReleasesWaiters(t *testing.T) {
+	c := newCluster(t)
+	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", ""))
+	block := make(chan struct{})
+	o.hooks = &testHooks{beforeCommit: func(uint64) { <-block }}
+	done := make(chan error, 1)
+	go func() { done <- o.WriteBatch(context.Background(), batchOf("x", 1)) }()
+	wait(t, 5*time.Second, "epoch sealed", func() bool { o.mu.Lock(); defer o.mu.Unlock(); return o.nextEpoch == 2 && o.open == nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	go func() { time.Sleep(100 * time.Millisecond); close(block) }()
+	_ = o.Close(ctx)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("WriteBatch still blocked after Close")
+	}
+}
