@@ -103,8 +103,7 @@ func (d *Decoder) Decode(b []byte) (batches []*Batch, err error) {
 		mem = &limitAllocator{mem: d.mem, left: d.maxAlloc}
 	}
 	mr := &bytesMessageReader{b: b, compressed: d.compressed}
-	mr.refs.Store(1)
-	defer mr.Release()
+	mr.refs.Store(1) // owned by the ipc.Reader, which releases it, also on error
 	rdr, err := ipc.NewReaderFromMessageReader(mr,
 		ipc.WithAllocator(mem),
 		// The default would byte-swap a big-endian stream's buffers in
