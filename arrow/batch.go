@@ -500,8 +500,9 @@ func (b *Batch) IsTombstone(i int) bool { return b.value.isNull(i) }
 // NumHeaders returns the number of headers of row i.
 func (b *Batch) NumHeaders(i int) int { return int(b.hdrOff[i+1] - b.hdrOff[i]) }
 
-// Header returns header j of row i, in the order of the record. The value
-// is nil for a null header value and aliases the batch (see Batch).
+// Header returns header j of row i (0 <= j < NumHeaders(i); otherwise it
+// panics, like a slice index), in the order of the record. The value is nil
+// for a null header value and aliases the batch (see Batch).
 func (b *Batch) Header(i, j int) (key string, value []byte) {
 	e := int(b.hdrOff[i]) + j
 	if j < 0 || e >= int(b.hdrOff[i+1]) {
@@ -539,7 +540,8 @@ type ProduceOptions struct {
 	Timestamp bool
 }
 
-// ProduceRecord fills r with row i for producing, overwriting Topic, Key,
+// ProduceRecord fills r (which must not be in flight in kgo) with row i for
+// producing, overwriting Topic, Key,
 // Value and Headers (reusing the capacity of r.Headers), and Partition and
 // Timestamp as o asks. Key, Value and header values alias the batch, so the
 // batch must stay unreleased until kgo has called the record's promise.
