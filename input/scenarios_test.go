@@ -42,6 +42,7 @@ var scenarios = []struct {
 	{"TopicDeletedWhileReading", scenarioTopicDeleted},
 	{"RestoreFromCommitted", scenarioRestore},
 	{"TimestampStartAndStop", scenarioTimestamps},
+	{"CLIRunBoundedToFile", scenarioCLIRun},
 }
 
 func TestScenariosKfake(t *testing.T) {

@@ -102,6 +102,10 @@ Start offsets are resolved with the admin API before the first fetch, so the pos
 
 With a `+"`stop_offset`"+` the input reads a bounded range: each partition's stop is captured once, before its first fetch, and only records below it are emitted. A partition is finished when its consumer position reaches the stop, which includes transaction markers and aborted records that produce no message. Once every partition is finished and every batch was acknowledged (and, with a group, the stops were committed), the input ends and the stream exits 0. Under `+"`read_committed`"+`, `+"`stop_offset: latest`"+` is the last stable offset (the end of the committed data); `+"`stop_at_high_watermark`"+` waits, up to `+"`high_watermark_wait_timeout`"+`, for open transactions to end and stops at the high watermark instead.
 
+### Order
+
+Batches are emitted in offset order per partition (each batch holds records of one partition). Benthos keeps that order only if nothing downstream processes batches concurrently: set `+"`pipeline.threads: 1`"+` and an output `+"`max_in_flight: 1`"+` when per-partition order matters; several processor threads reorder batches.
+
 ### Offsets
 
 With a `+"`consumer_group`"+`, offsets are committed after Benthos acknowledged the records (the ack is the checkpoint), every `+"`commit_period`"+` and once at the end of a bounded read. The committed offset never passes a batch that was not acknowledged (rejected batches are replayed), and a finished partition commits its stop, so the group's lag is 0 even behind a trailing transaction marker. A failed periodic commit is counted and logged and does not stop the stream; a failed final commit of a bounded read does.
