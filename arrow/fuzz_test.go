@@ -3,6 +3,8 @@ package kafkaarrow
 import (
 	"bytes"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -73,6 +75,14 @@ func seedStreams(tb testing.TB) [][]byte {
 func FuzzDecode(f *testing.F) {
 	for _, s := range seedStreams(f) {
 		f.Add(s)
+	}
+	golden, _ := filepath.Glob(filepath.Join("testdata", "*.arrows"))
+	for _, g := range golden {
+		b, err := os.ReadFile(g)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		dec := NewDecoder(WithMaxDecodedBytes(64 << 20))
