@@ -570,3 +570,27 @@ func TestMultiBatchStream(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestConcurrentDecode: one Decoder, one input, several goroutines; the
+// race detector proves decoding only reads the shared bytes.
+func TestConcurrentDecode(t *testing.T) {
+	recs := randomRecords(rand.New(rand.NewPCG(5, 6)), 500, 32)
+	in := encode(t, recs)
+	dec := NewDecoder()
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			batches, err := dec.Decode(in)
+			if err == nil {
+				touch(batches[0])
+				ReleaseAll(batches)
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
