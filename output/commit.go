@@ -204,7 +204,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	}
 	o.checkTxnVersion(ctx, ep.slot, rec)
 	o.m.epochCommitted()
-	o.m.commitLatency.Timing(since(start))
+	o.m.commitTiming(since(start))
 	o.m.records.Incr(int64(ep.records))
 	o.m.bytes.Incr(int64(ep.bytes))
 

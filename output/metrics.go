@@ -87,6 +87,17 @@ func (t *tally) get(name string) int64 {
 func (m *metrics) epochCommitted() { m.committed.Incr(1); m.tally.add(metricEpochsCommitted, 1) }
 func (m *metrics) epochAborted()   { m.aborted.Incr(1); m.tally.add(metricEpochsAborted, 1) }
 func (m *metrics) fence()          { m.fenced.Incr(1); m.tally.add(metricFenced, 1) }
+func (m *metrics) stallTiming(ns int64) {
+	m.stall.Timing(ns)
+	m.tally.add(metricBoundaryStall, ns)
+	m.tally.add(metricBoundaryStall+"/count", 1)
+}
+
+func (m *metrics) commitTiming(ns int64) {
+	m.commitLatency.Timing(ns)
+	m.tally.add(metricCommitLatency, ns)
+}
+
 func (m *metrics) resolved(outcome string) {
 	m.inDoubt.Incr(1, outcome)
 	m.tally.add(metricInDoubtResolved+"/"+outcome, 1)

@@ -248,9 +248,9 @@ func (o *output) joinLocked(ctx context.Context) (*epoch, error) {
 			continue
 		}
 		if !stallStart.IsZero() {
-			o.m.stall.Timing(since(stallStart))
+			o.m.stallTiming(since(stallStart))
 		} else {
-			o.m.stall.Timing(0)
+			o.m.stallTiming(0)
 		}
 		if err := s.cl.BeginTransaction(); err != nil {
 			return nil, o.stopLocked(fmt.Errorf("kafka_eos: begin transaction on %q: %w", s.id, err), true)
@@ -268,14 +268,20 @@ func (o *output) joinLocked(ctx context.Context) (*epoch, error) {
 	}
 }
 
-// shouldSealLocked: the epoch closes at its record or byte limit (checked
-// after whole batches) or when max_in_flight batches wait for it and its
-// predecessors (no more can arrive until some are acked).
+// shouldSealLocked says whether the open epoch closes now (brief, "Words"):
+// at its record or byte limit (checked after whole batches), or when every
+// in-flight batch is already in it, that is no earlier epoch is still
+// committing. The latter is group commit: while epoch N commits, the batches
+// that arrive gather in N+1 on the next slot, and N+1 closes the moment N is
+// settled (finishLocked), so epochs grow with the commit latency and nobody
+// waits for epoch.interval while Benthos has nothing more to send
+// (max_in_flight reached).
 func (o *output) shouldSealLocked(ep *epoch) bool {
 	c := o.conf
 	return ep.cause != nil ||
 		(c.epochMaxRecords > 0 && ep.records >= c.epochMaxRecords) ||
 		(c.epochMaxBytes > 0 && ep.bytes >= c.epochMaxBytes) ||
+		o.inFlight == len(ep.batches) ||
 		o.inFlight >= c.maxInFlight
 }
 
@@ -302,6 +308,7 @@ func (o *output) sealOnTimer(ep *epoch) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !ep.sealed && o.stopErr == nil {
+		o.m.tally.add("sealed_by_timer", 1)
 		o.sealLocked(ep)
 	}
 }
@@ -336,6 +343,9 @@ func (o *output) finishLocked(ep *epoch, result error) {
 		ep.timer.Stop()
 	}
 	close(ep.done)
+	if o.open != nil && o.stopErr == nil && o.shouldSealLocked(o.open) {
+		o.sealLocked(o.open)
+	}
 }
 
 func (o *output) releaseSlot(s *slot) {

@@ -1,0 +1,79 @@
+package output
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/connect-eos/connect-eos/integration/kafkatest"
+)
+
+// BenchmarkEpochBoundary shows what an epoch boundary costs with a pre-warmed
+// pool: the stall (time a batch waits for the next slot before any of its
+// records can be produced) next to the commit latency and next to one
+// InitProducerID, which is what every boundary would cost without pooling.
+// On kfake by default; on Apache Kafka with BENCH_KAFKA_TV=0|2 and the
+// matching KAFKA_BROKERS_TV<n>.
+//
+//	go test -run X -bench EpochBoundary -benchtime 2000x ./output/
+func BenchmarkEpochBoundary(b *testing.B) {
+	brokers, topic := benchTarget(b)
+	res := newResources()
+	yaml := yamlFor(brokers, topic, "bench-"+strings.ReplaceAll(time.Now().Format("150405.000000"), ".", ""), "max_in_flight: 8\n")
+	o := newTestOutput(b, res, yaml)
+	ctx := context.Background()
+
+	// One InitProducerID on a warm cluster: the cost pooling avoids.
+	start := time.Now()
+	cl, err := o.newSlotClient(ctx, o.conf.transactionalID+"-probe")
+	if err != nil {
+		b.Fatal(err)
+	}
+	initNs := time.Since(start)
+	cl.Close()
+
+	const writers = 8
+	batch := batchOf("bench", 10)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	per := b.N / writers
+	for w := range writers {
+		n := per
+		if w == 0 {
+			n += b.N % writers
+		}
+		wg.Go(func() {
+			for range n {
+				if err := o.WriteBatch(ctx, batch); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	epochs := o.m.tally.get(metricEpochsCommitted)
+	if epochs == 0 {
+		return
+	}
+	stalls := o.m.tally.get(metricBoundaryStall + "/count")
+	b.ReportMetric(float64(epochs), "epochs")
+	b.ReportMetric(float64(o.m.tally.get(metricBoundaryStall))/float64(max(stalls, 1)), "stall-ns/epoch")
+	b.ReportMetric(float64(o.m.tally.get(metricCommitLatency))/float64(epochs), "commit-ns/epoch")
+	b.ReportMetric(float64(initNs.Nanoseconds()), "init-producer-id-ns")
+	b.ReportMetric(float64(o.m.tally.get("sealed_by_timer")), "timer-seals")
+}
+
+func benchTarget(b *testing.B) ([]string, string) {
+	switch tv := os.Getenv("BENCH_KAFKA_TV"); tv {
+	case "0", "2":
+		addr := kafkatest.Brokers(b, int(tv[0]-'0'))
+		return strings.Split(addr, ","), kafkatest.Topic(b, addr, 3)
+	}
+	c := newCluster(b)
+	return c.ListenAddrs(), testTopic
+}
