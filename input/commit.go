@@ -10,42 +10,50 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
-// OffsetCommitter stores the positions the pipeline acknowledged, keyed by
-// topic and partition: the next offset to read, never past a partition's stop.
+// OffsetCommitter stores the positions the pipeline acknowledged: per topic
+// and partition the next offset to read, never past a partition's stop. Calls
+// never overlap.
 //
 // The default, groupCommitter, commits them to the consumer group with an
-// OffsetCommit request. It is the seam for the end-to-end exactly-once issue:
-// when a kafka_eos output in the same process commits the group's offsets
-// inside its transactions, the input must not commit them itself (a plain
-// commit would race the transaction and could move the offset backwards).
-// That output then provides an OffsetCommitter that hands the positions over
-// (a finished partition's stop included, so that lag reaches 0 behind a
-// trailing marker) to be committed with its next transaction; newInput picks
-// it up in place of groupCommitter (see kafkaInput.committer). Implementations
-// must be safe for use from one goroutine at a time; calls never overlap.
+// OffsetCommit request. A kafka_eos output that commits the group's offsets
+// inside its transactions takes the commit step over instead (see
+// CommitTakeover in handover.go).
 type OffsetCommitter interface {
-	CommitOffsets(ctx context.Context, offsets map[tp]int64) error
+	CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error
 }
 
 // groupCommitter commits to a consumer group through kadm, outside any group
 // membership (the input assigns partitions itself; the group is an offset
-// store, as in Flink's KafkaSource). Group generation -1 and an empty member
-// id are what the broker accepts for such "simple" commits.
+// store, as in Flink's KafkaSource). Generation -1 and an empty member id
+// are what the broker accepts for such "simple" commits.
 type groupCommitter struct {
 	adm   *kadm.Client
 	group string
 }
 
-func (g *groupCommitter) CommitOffsets(ctx context.Context, offsets map[tp]int64) error {
-	os := kadm.Offsets{}
-	for p, at := range offsets {
-		os.Add(kadm.Offset{Topic: p.Topic, Partition: p.Partition, At: at, LeaderEpoch: -1})
+func (g *groupCommitter) CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error {
+	var os kadm.Offsets
+	for topic, ps := range offsets {
+		for p, at := range ps {
+			os.AddOffset(topic, p, at, -1)
+		}
 	}
 	resp, err := g.adm.CommitOffsets(ctx, g.group, os)
 	if err != nil {
 		return err
 	}
 	return resp.Error()
+}
+
+func byTopic(offs map[tp]int64) map[string]map[int32]int64 {
+	out := map[string]map[int32]int64{}
+	for p, at := range offs {
+		if out[p.Topic] == nil {
+			out[p.Topic] = map[int32]int64{}
+		}
+		out[p.Topic][p.Partition] = at
+	}
+	return out
 }
 
 // bookkeeper is the loop that commits acknowledged offsets every
@@ -98,7 +106,7 @@ func (b *bookkeeper) commit(ctx context.Context) error {
 	if len(offs) == 0 {
 		return nil
 	}
-	if err := b.committer.CommitOffsets(ctx, offs); err != nil {
+	if err := b.committer.CommitOffsets(ctx, byTopic(offs)); err != nil {
 		b.met.commitFailed()
 		b.log.Warnf("Committing offsets of group %s failed (will retry): %v", b.cfg.group, err)
 		return err

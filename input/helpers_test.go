@@ -245,6 +245,12 @@ type harness struct {
 // newInput builds an input from YAML (seed_brokers is prepended).
 func (e *env) newInput(t testing.TB, yaml string) *harness {
 	t.Helper()
+	return e.newInputWith(t, yaml, service.MockResources())
+}
+
+// newInputWith builds an input on the given resources.
+func (e *env) newInputWith(t testing.TB, yaml string, res *service.Resources) *harness {
+	t.Helper()
 	h := &harness{t: t, e: e, fatal: make(chan error, 1)}
 	restore := fatal.SetHandler(func(err error) {
 		select {
@@ -256,7 +262,7 @@ func (e *env) newInput(t testing.TB, yaml string) *harness {
 	conf := fmt.Sprintf("seed_brokers: [ %s ]\n%s", strings.Join(e.brokers, ","), yaml)
 	pc, err := Spec().ParseYAML(conf, nil)
 	require.NoError(t, err)
-	h.raw, err = newInputFromParsed(pc, service.MockResources())
+	h.raw, err = newInputFromParsed(pc, res)
 	require.NoError(t, err)
 	h.in = service.AutoRetryNacksBatched(h.raw)
 	t.Cleanup(func() {

@@ -69,7 +69,7 @@ func newInputFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*ka
 	in := &kafkaInput{cfg: cfg, mgr: mgr, log: mgr.Logger(), met: newInputMetrics(mgr.Metrics())}
 	if cfg.group != "" {
 		in.newCommitter = func(adm *kadm.Client) OffsetCommitter {
-			return &groupCommitter{adm: adm, group: cfg.group}
+			return &handoverCommitter{res: mgr, group: cfg.group, direct: &groupCommitter{adm: adm, group: cfg.group}}
 		}
 	}
 	return in, nil
@@ -119,6 +119,13 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 		}
 	}()
 	adm := kadm.NewClient(admCl)
+	if t, ok := lookupTakeover(in.mgr, cfg.group); ok && cfg.group != "" {
+		// The output that commits this group's offsets recovers
+		// first, so the committed offsets read below are final.
+		if err := t.Ready(ctx); err != nil {
+			return nil, fmt.Errorf("waiting for the output that commits group %s: %w", cfg.group, err)
+		}
+	}
 	pctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
 	l, parts, err := cfg.list(pctx, adm)

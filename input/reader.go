@@ -136,6 +136,9 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 		sp := f.tr.advance(p, to, bytes, pending, now)
 		if pending && sp != nil {
 			f.tr.update(p, func(ps *partState) { ps.emitted += int64(len(msgs)) })
+			if f.cfg.group != "" {
+				withSpan(msgs, Span{Topic: p.Topic, Partition: p.Partition, From: sp.from, To: sp.to})
+			}
 			if !f.send(ctx, readyBatch{msgs: msgs, tp: p, sp: sp}) {
 				return false
 			}

@@ -1,0 +1,110 @@
+package input
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+)
+
+// This file is the seam for the end-to-end exactly-once mode (issue 5): a
+// kafka_eos output in the same process that commits the consumer group's
+// offsets inside its transactions takes the commit step over from the input.
+//
+// A plain OffsetCommit from the input would race the output's transactions
+// and, since the group coordinator keeps the most recently written offset and
+// not the largest, could move the group's offset backwards. So:
+//
+//   - The output registers a CommitTakeover for the group with
+//     RegisterCommitTakeover when it is constructed (Benthos constructs every
+//     component before any of them connects or reads).
+//   - The input calls Ready in Connect before it reads the group's committed
+//     offsets, so the output's recovery finishes first.
+//   - The input never commits to that group itself: every commit step (the
+//     periodic one, the one on Close and the synchronous final one of a bounded
+//     read) hands the acknowledged positions to the takeover instead. They
+//     include what never reached the output: transaction markers, aborted
+//     ranges, dropped tombstones, batches filtered out downstream, and a
+//     finished partition's stop, so the group's lag reaches 0.
+//   - Each message carries the span of its batch (SpanOf): the per-partition
+//     range [From, To) the batch covers, contiguous with the previous batch of
+//     that partition, so the output can commit the end of the contiguous run
+//     of ranges it holds rather than the largest offset it wrote.
+
+// Span is the range of offsets one batch covers in one partition: from the
+// end of the previous batch of that partition (From) to one past its last
+// record (To). It covers records that produced no message (markers, aborted
+// records, dropped tombstones).
+type Span struct {
+	Topic     string
+	Partition int32
+	From, To  int64
+}
+
+type spanKey struct{}
+
+// SpanOf returns the span of the batch msg was read in, if it was read by a
+// kafka_native input with a consumer group. The span travels in the message's
+// context, so it survives processors that keep the message (not ones that
+// build new messages from scratch).
+func SpanOf(msg *service.Message) (Span, bool) {
+	s, ok := msg.Context().Value(spanKey{}).(Span)
+	return s, ok
+}
+
+func withSpan(msgs service.MessageBatch, s Span) {
+	for i, m := range msgs {
+		msgs[i] = m.WithContext(context.WithValue(m.Context(), spanKey{}, s))
+	}
+}
+
+// CommitTakeover is implemented by an output that commits a consumer group's
+// offsets inside its own transactions.
+type CommitTakeover interface {
+	// Ready blocks until the output's start-up recovery finished, so that
+	// the committed offsets the input starts from are final.
+	Ready(ctx context.Context) error
+	// CommitOffsets takes acknowledged positions to commit with the next
+	// transaction (an offsets-only one if there is nothing else); it must
+	// take the max with what it holds, and return once they are committed
+	// if ctx carries a deadline the caller waits on (the final commit of a
+	// bounded read is synchronous).
+	OffsetCommitter
+}
+
+type takeoverKey struct{ group string }
+
+// RegisterCommitTakeover registers t as the committer of group's offsets for
+// every kafka_native input of the stream that res belongs to. It fails if the
+// group already has one.
+func RegisterCommitTakeover(res *service.Resources, group string, t CommitTakeover) error {
+	if _, loaded := res.GetOrSetGeneric(takeoverKey{group}, t); loaded {
+		return fmt.Errorf("consumer group %s: another output already commits its offsets", group)
+	}
+	return nil
+}
+
+func lookupTakeover(res *service.Resources, group string) (CommitTakeover, bool) {
+	v, ok := res.GetGeneric(takeoverKey{group})
+	if !ok {
+		return nil, false
+	}
+	t, ok := v.(CommitTakeover)
+	return t, ok
+}
+
+// handoverCommitter commits through the group's CommitTakeover when one is
+// registered (looked up on every commit, so registration order does not
+// matter) and directly to the group otherwise.
+type handoverCommitter struct {
+	res    *service.Resources
+	group  string
+	direct OffsetCommitter
+}
+
+func (h *handoverCommitter) CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error {
+	if t, ok := lookupTakeover(h.res, h.group); ok {
+		return t.CommitOffsets(ctx, offsets)
+	}
+	return h.direct.CommitOffsets(ctx, offsets)
+}

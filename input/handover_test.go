@@ -1,0 +1,104 @@
+package input
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeTakeover stands in for a kafka_eos output that commits the group's
+// offsets in its transactions.
+type fakeTakeover struct {
+	mu      sync.Mutex
+	ready   bool
+	offsets map[string]map[int32]int64
+	calls   int
+}
+
+func (f *fakeTakeover) Ready(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ready = true
+	return nil
+}
+
+func (f *fakeTakeover) CommitOffsets(_ context.Context, offs map[string]map[int32]int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	for t, ps := range offs {
+		if f.offsets[t] == nil {
+			f.offsets[t] = map[int32]int64{}
+		}
+		for p, o := range ps {
+			f.offsets[t][p] = max(f.offsets[t][p], o)
+		}
+	}
+	return nil
+}
+
+func TestCommitTakeover(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 2)
+	e.produce(t, topic, 0, vals("a", 3)...)
+	x := e.beginTxn(t)
+	x.produce(topic, 0, vals("aborted", 2)...)
+	x.end(false)
+	e.produce(t, topic, 0, vals("b", 2)...)
+	x = e.beginTxn(t)
+	x.produce(topic, 0, vals("aborted-tail", 1)...)
+	x.end(false) // p0: a0..a2, 2 aborted, marker, b0, b1, 1 aborted, marker = 10
+	e.waitEnd(t, topic, 0, 10)
+	group := uniq(t, "g")
+
+	res := service.MockResources()
+	ft := &fakeTakeover{offsets: map[string]map[int32]int64{}}
+	require.NoError(t, RegisterCommitTakeover(res, group, ft))
+	require.Error(t, RegisterCommitTakeover(res, group, ft), "one takeover per group")
+
+	h := e.newInputWith(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+stop_offset: latest
+max_batch_records: 2
+commit_period: 10ms
+`, topic, group), res)
+	h.mustConnect()
+	assert.True(t, ft.ready, "Ready is called before the committed offsets are read")
+
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	var spans []Span
+	for {
+		b, ack, err := h.in.ReadBatch(ctx)
+		if err != nil {
+			require.ErrorIs(t, err, service.ErrEndOfInput)
+			break
+		}
+		s, ok := SpanOf(b[0])
+		require.True(t, ok)
+		for _, m := range b {
+			s2, _ := SpanOf(m)
+			assert.Equal(t, s, s2, "one span per batch")
+			off, _ := m.MetaGetMut(metaOffset)
+			assert.GreaterOrEqual(t, off.(int64), s.From)
+			assert.Less(t, off.(int64), s.To)
+		}
+		spans = append(spans, s)
+		require.NoError(t, ack(ctx, nil))
+	}
+	// Spans are contiguous from the start; the gaps (aborted records,
+	// markers) between them are inside the next span or acked on their own.
+	require.NotEmpty(t, spans)
+	assert.Equal(t, int64(0), spans[0].From)
+	for i := 1; i < len(spans); i++ {
+		assert.GreaterOrEqual(t, spans[i].From, spans[i-1].To)
+	}
+	assert.Equal(t, map[int32]int64{0: 10, 1: 0}, ft.offsets[topic], "the takeover got the stops, trailing marker included")
+	assert.Equal(t, int64(-1), e.committed(t, group, topic, 0), "the input never commits itself")
+}
