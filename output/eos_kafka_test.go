@@ -243,3 +243,22 @@ func TestKafkaZombieFenced(t *testing.T) {
 		}
 	})
 }
+
+// Two epochs in doubt at once on Apache Kafka: the first found committed
+// from DescribeTransactions (CompleteCommit), the second open and aborted.
+func TestKafkaTwoInDoubt(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) { testTwoInDoubt(t, env.brokers, env.topic, env.txnID) })
+}
+
+// A lost EndTxn answer on Apache Kafka: the raw retry pinned to the stored
+// version establishes the commit (right after a TV0 commit the coordinator
+// answers CONCURRENT_TRANSACTIONS for a while; the retry waits it out).
+func TestKafkaLostEndTxnAnswer(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		for _, applied := range []bool{true, false} {
+			t.Run(fmt.Sprintf("applied=%v", applied), func(t *testing.T) {
+				testLostEndTxnAnswer(t, env.brokers, env.topic, fmt.Sprintf("%s-%v", env.txnID, applied), applied)
+			})
+		}
+	})
+}

@@ -3,6 +3,7 @@ package output
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -32,39 +33,52 @@ func TestUnknownEndTxnOutcomeResolved(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				c := newCluster(t, tv.opts...)
-				res := newResources()
-				o := newTestOutput(t, res, baseYAML(c.ListenAddrs(), "app", ""))
-				o.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
-					if applied {
-						if err := cl.EndTransaction(ctx, how); err != nil {
-							return err
-						}
-					}
-					return context.DeadlineExceeded
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if err := o.WriteBatch(ctx, batchOf("x", 3)); err != nil {
-					t.Fatalf("in-doubt commit established by the retry, yet: %v", err)
-				}
-				if got := len(readCommitted(t, c.ListenAddrs(), testTopic)); got != 3 {
-					t.Fatalf("visible %d, want 3", got)
-				}
-				if r, _ := slotRecord(t, o, 1); r.State != txnstate.Committed {
-					t.Fatalf("record %+v", r)
-				}
-				if o.m.tally.get(metricInDoubtResolved+"/"+outcomeResumed) != 1 {
-					t.Fatal("in-doubt metric")
-				}
-				// The slot got a fresh client (the old one failed its
-				// producer id); the pool keeps working.
-				o.endTxn = (*kgo.Client).EndTransaction
-				for i := range 3 {
-					if err := o.WriteBatch(ctx, batchOf("y", 1)); err != nil {
-						t.Fatalf("write %d after the in-doubt epoch: %v", i, err)
-					}
-				}
+				testLostEndTxnAnswer(t, c.ListenAddrs(), testTopic, "app", applied)
 			})
+		}
+	}
+}
+
+// testLostEndTxnAnswer: EndTxn(commit) is sent (applied) or not, and its
+// answer lost; the epoch must be established committed and acked.
+func testLostEndTxnAnswer(t *testing.T, brokers []string, topic, txnID string, applied bool) {
+	res := newResources()
+	o := newTestOutput(t, res, yamlFor(brokers, topic, txnID, ""))
+	o.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
+		if applied {
+			if err := cl.EndTransaction(ctx, how); err != nil {
+				return err
+			}
+		}
+		return context.DeadlineExceeded
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := fmt.Sprintf("x-%s-", txnID)
+	if err := o.WriteBatch(ctx, batchOf(prefix, 3)); err != nil {
+		t.Fatalf("in-doubt commit established by the retry, yet: %v", err)
+	}
+	got := 0
+	for _, v := range readCommitted(t, brokers, topic) {
+		if strings.HasPrefix(v, prefix) {
+			got++
+		}
+	}
+	if got != 3 {
+		t.Fatalf("visible %d, want 3", got)
+	}
+	if r, _ := slotRecord(t, o, 1); r.State != txnstate.Committed {
+		t.Fatalf("record %+v", r)
+	}
+	if o.m.tally.get(metricInDoubtResolved+"/"+outcomeResumed) != 1 {
+		t.Fatal("in-doubt metric")
+	}
+	// The slot got a fresh client (the old one failed its producer id);
+	// the pool keeps working.
+	o.endTxn = (*kgo.Client).EndTransaction
+	for i := range 3 {
+		if err := o.WriteBatch(ctx, batchOf("y", 1)); err != nil {
+			t.Fatalf("write %d after the in-doubt epoch: %v", i, err)
 		}
 	}
 }

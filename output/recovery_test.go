@@ -127,8 +127,12 @@ func TestCrashRecovery(t *testing.T) {
 // order: the first found committed, the second still open and aborted.
 func TestTwoInDoubtResolvedInOrder(t *testing.T) {
 	c := newCluster(t)
+	testTwoInDoubt(t, c.ListenAddrs(), testTopic, "app")
+}
+
+func testTwoInDoubt(t *testing.T, brokers []string, topic, txnID string) {
 	res := newResources()
-	yaml := baseYAML(c.ListenAddrs(), "app", "")
+	yaml := yamlFor(brokers, topic, txnID, "")
 	a := newTestOutput(t, res, yaml)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -140,12 +144,7 @@ func TestTwoInDoubtResolvedInOrder(t *testing.T) {
 	if err := a.store.writeSlot(ctx, 1, r1.WithState(txnstate.Prepared, "")); err != nil {
 		t.Fatal(err)
 	}
-	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
-		if n == 2 && s == stepPrepared {
-			return errCrash
-		}
-		return nil
-	}}
+	a.hooks = crashAt(stepPrepared, 2)
 	_ = a.WriteBatch(ctx, batchOf("two", 2))
 
 	b := newTestOutput(t, res, yaml)
@@ -157,5 +156,17 @@ func TestTwoInDoubtResolvedInOrder(t *testing.T) {
 	}
 	if b.m.tally.get(metricInDoubtResolved+"/"+outcomeFoundCommitted) != 1 || b.m.tally.get(metricInDoubtResolved+"/"+outcomeAborted) != 1 {
 		t.Fatal("in-doubt metrics")
+	}
+	var one, two int
+	for _, v := range readCommitted(t, brokers, topic) {
+		switch {
+		case strings.HasPrefix(v, "one"):
+			one++
+		case strings.HasPrefix(v, "two"):
+			two++
+		}
+	}
+	if one != 2 || two != 0 {
+		t.Fatalf("visible one=%d two=%d, want 2/0", one, two)
 	}
 }
