@@ -262,3 +262,15 @@ func TestKafkaLostEndTxnAnswer(t *testing.T) {
 		}
 	})
 }
+
+// kafka_state on Apache Kafka as the state cache across a crash.
+func TestKafkaStateCache(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		stateTopic := env.txnID + "-state"
+		testKafkaStateRecovery(t, env.brokers, env.topic, env.txnID, stateTopic)
+		adm := kafkatest.Admin(t, strings.Join(env.brokers, ","))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopic(ctx, stateTopic)
+	})
+}
