@@ -35,6 +35,8 @@ type config struct {
 	topics        map[string]*topicSel
 	topicOrder    []string
 	group         string
+	membership    bool
+	revokeTimeout time.Duration
 	readCommitted bool
 
 	start        string
@@ -150,6 +152,12 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 	if c.group, err = conf.FieldString(knFieldConsumerGroup); err != nil {
 		return nil, err
 	}
+	if c.membership, err = conf.FieldBool(knFieldGroupMembership); err != nil {
+		return nil, err
+	}
+	if c.revokeTimeout, err = conf.FieldDuration(knFieldRevokeTimeout); err != nil {
+		return nil, err
+	}
 	iso, err := conf.FieldString(knFieldIsolationLevel)
 	if err != nil {
 		return nil, err
@@ -239,6 +247,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("field %s: timestamp needs %s", knFieldStopOffset, knFieldStopTimestamp)
 	case c.stopAtHWM && c.stop != offsetLatest:
 		return fmt.Errorf("field %s: applies only to %s latest", knFieldStopAtHWM, knFieldStopOffset)
+	case c.membership && (c.group == "" || c.stop != offsetNone || c.start != offsetCommitted):
+		return fmt.Errorf("field %s: needs a %s, %s none and %s committed", knFieldGroupMembership, knFieldConsumerGroup, knFieldStopOffset, knFieldStartOffset)
 	case c.maxBatchRecords < 1:
 		return fmt.Errorf("field %s: must be at least 1", knFieldMaxBatchRecords)
 	case c.maxBatchBytes < 1:
@@ -253,6 +263,13 @@ func (c *config) validate() error {
 		return fmt.Errorf("field %s: must be positive", knFieldConnectTimeout)
 	case c.idleProbeInterval <= 0:
 		return fmt.Errorf("field %s: must be positive", knFieldIdleProbeInterval)
+	}
+	if c.membership {
+		for name, ts := range c.topics {
+			if !ts.all {
+				return fmt.Errorf("field %s: %s pins partitions, but with %s the group assigns them", knFieldTopics, name, knFieldGroupMembership)
+			}
+		}
 	}
 	for _, m := range []struct {
 		field string

@@ -39,6 +39,12 @@ type Span struct {
 	Topic     string
 	Partition int32
 	From, To  int64
+	// Generation and MemberID are the group generation and member id when
+	// the batch was fetched with group_membership (KIP-447: a transaction
+	// commits the offsets with them, so a revoked member's are rejected);
+	// -1 and "" otherwise.
+	Generation int32
+	MemberID   string
 }
 
 type spanKey struct{}

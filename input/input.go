@@ -54,6 +54,7 @@ type connection struct {
 	fetchShut *shutdown.Signaller
 	bookShut  *shutdown.Signaller
 	batches   chan readyBatch
+	member    *groupMember  // nil unless group_membership
 	done      chan struct{} // closed by the fetch loop at the end of a bounded read
 	failed    chan struct{} // closed on the first fatal error of this input
 	failOnce  sync.Once
@@ -132,13 +133,15 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 	if err != nil {
 		return nil, err
 	}
-	rctx := ctx
-	if !cfg.stopAtHWM {
-		rctx = pctx
-	}
-	plans, err := cfg.resolve(rctx, adm, l, parts)
-	if err != nil {
-		return nil, err
+	var plans []*partPlan
+	if !cfg.membership {
+		rctx := ctx
+		if !cfg.stopAtHWM {
+			rctx = pctx
+		}
+		if plans, err = cfg.resolve(rctx, adm, l, parts); err != nil {
+			return nil, err
+		}
 	}
 
 	now := time.Now()
@@ -162,13 +165,21 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 		}
 		consume[pp.Topic][pp.Partition] = kgo.NewOffset().At(pp.start)
 	}
-	if len(consume) > 0 {
+	if cfg.membership {
+		c.member = &groupMember{cfg: cfg, adm: adm, tr: c.tr, met: in.met, log: in.log, fail: func(err error) { c.fail(err) }}
+	}
+	if len(consume) > 0 || c.member != nil {
 		iso := kgo.ReadUncommitted()
 		if cfg.readCommitted {
 			iso = kgo.ReadCommitted()
 		}
-		opts := append(cfg.conn.Opts(),
-			kgo.ConsumePartitions(consume),
+		opts := cfg.conn.Opts()
+		if c.member != nil {
+			opts = append(opts, c.member.opts()...)
+		} else {
+			opts = append(opts, kgo.ConsumePartitions(consume))
+		}
+		opts = append(opts,
 			kgo.FetchIsolationLevel(iso),
 			// Markers take offsets: keep them so the position moves
 			// past them (they are dropped before emitting).
@@ -191,7 +202,11 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 		}
 	}
 	var committer OffsetCommitter
-	if in.newCommitter != nil {
+	switch {
+	case c.member != nil:
+		committer = &serialCommitter{c: &handoverCommitter{res: in.mgr, group: cfg.group, direct: &memberCommitter{cl: c.consumeCl}}}
+		c.member.committer = committer
+	case in.newCommitter != nil:
 		committer = in.newCommitter(adm)
 	}
 	if cfg.bounded() {
@@ -219,6 +234,8 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 			total = c.prog.total
 		}
 		in.log.Infof("Reading %d partitions of %v to their stops (%d offsets)", len(plans), cfg.topicOrder, total)
+	} else if c.member != nil {
+		in.log.Infof("Reading %v as a member of group %s", cfg.topicOrder, cfg.group)
 	} else {
 		in.log.Infof("Reading %d partitions of %v", len(plans), cfg.topicOrder)
 	}
@@ -326,8 +343,13 @@ func (in *kafkaInput) Close(ctx context.Context) error {
 	defer cancel()
 	c.fetchShut.TriggerSoftStop()
 	c.bookShut.TriggerSoftStop()
+	if c.member != nil {
+		// Close commits below; the revoke that leaving the group
+		// triggers must not wait for acks that will not come.
+		c.member.closing.Store(true)
+	}
 	if c.consumeCl != nil {
-		// Unblocks a PollFetches in flight.
+		// Unblocks a PollFetches in flight and leaves the group.
 		defer c.consumeCl.Close()
 	}
 	for _, s := range []*shutdown.Signaller{c.fetchShut, c.bookShut} {

@@ -86,7 +86,7 @@ func (f *fetchLoop) run(ctx context.Context) {
 				return
 			}
 			p := tp{ftp.Topic, ftp.Partition}
-			if _, ok := f.tr.parts[p]; !ok {
+			if !f.tr.has(p) {
 				return
 			}
 			end := ftp.HighWatermark
@@ -137,7 +137,11 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 		if pending && sp != nil {
 			f.tr.update(p, func(ps *partState) { ps.emitted += int64(len(msgs)) })
 			if f.cfg.group != "" {
-				withSpan(msgs, Span{Topic: p.Topic, Partition: p.Partition, From: sp.from, To: sp.to})
+				s := Span{Topic: p.Topic, Partition: p.Partition, From: sp.from, To: sp.to, Generation: -1}
+				if f.cfg.membership {
+					s.MemberID, s.Generation = f.cl.GroupMetadata()
+				}
+				withSpan(msgs, s)
 			}
 			if !f.send(ctx, readyBatch{msgs: msgs, tp: p, sp: sp}) {
 				return false

@@ -43,6 +43,9 @@ var scenarios = []struct {
 	{"RestoreFromCommitted", scenarioRestore},
 	{"TimestampStartAndStop", scenarioTimestamps},
 	{"CLIRunBoundedToFile", scenarioCLIRun},
+	{"GroupRebalance", scenarioGroupRebalance},
+	{"GroupRestore", scenarioGroupRestore},
+	{"GroupRevokeUnacked", scenarioGroupRevokeUnacked},
 }
 
 func TestScenariosKfake(t *testing.T) {

@@ -28,6 +28,8 @@ const Name = "kafka_native"
 const (
 	knFieldTopics              = "topics"
 	knFieldConsumerGroup       = "consumer_group"
+	knFieldGroupMembership     = "group_membership"
+	knFieldRevokeTimeout       = "revoke_ack_timeout"
 	knFieldIsolationLevel      = "isolation_level"
 	knFieldStartOffset         = "start_offset"
 	knFieldStartOffsets        = "start_offsets"
@@ -82,6 +84,8 @@ root = match {
   $start == "timestamp" && (this.start_timestamp_ms | -1) < 0 => [ "start_offset timestamp needs start_timestamp_ms" ],
   $stop == "timestamp" && (this.stop_timestamp_ms | -1) < 0 => [ "stop_offset timestamp needs stop_timestamp_ms" ],
   (this.stop_at_high_watermark | false) && $stop != "latest" => [ "stop_at_high_watermark applies only to stop_offset latest" ],
+  (this.group_membership | false) && ($group == "" || $stop != "none" || $start != "committed") => [ "group_membership needs a consumer_group, stop_offset none and start_offset committed" ],
+  (this.group_membership | false) && (this.topics | []).any(t -> t.contains(":")) => [ "group_membership reads whole topics: the group assigns the partitions" ],
   _ => [],
 }
 `
@@ -94,7 +98,7 @@ func Spec() *service.ConfigSpec {
 		Categories("Services").
 		Summary("Reads records from Kafka with franz-go, committed data only by default, optionally as a bounded range that ends the stream.").
 		Description(`
-Partitions are assigned directly (no group membership): every partition of every listed topic is read by this input, and a `+"`consumer_group`"+`, when set, is used only as an offset store. Two instances with the same group therefore both read everything; split the partitions between them with pinned `+"`topics`"+` entries.
+By default partitions are assigned directly (no group membership): every partition of every listed topic is read by this input, and a `+"`consumer_group`"+`, when set, is used only as an offset store, as Flink's KafkaSource does. Two instances with the same group then both read everything; split the partitions between them with pinned `+"`topics`"+` entries, or, for unbounded reads, set `+"`group_membership: true`"+` to let the group balance them. Bounded reads never use membership: a partition reassigned after its first owner finished would resolve its stop again, later.
 
 ### Start and stop
 
@@ -139,6 +143,13 @@ Benthos metadata is a map of strings: of several headers with the same key only 
 			service.NewStringField(knFieldConsumerGroup).
 				Description("The consumer group whose offsets are read for `start_offset: committed` and to which offsets are committed after ack. Empty (the default) means no group: nothing is committed, and no group is ever invented.").
 				Default(""),
+			service.NewBoolField(knFieldGroupMembership).
+				Description("Join `consumer_group` as a member, so that several processes with the same group share the partitions of `topics` (the group balances them). Only for unbounded reads (`stop_offset: none`) starting at `start_offset: committed` from whole topics. On a revoke the input waits up to `revoke_ack_timeout` for the batches of the revoked partitions to be acknowledged, commits synchronously and lets them go; acknowledgements that arrive later are ignored (the new owner reads those records again: at-least-once). A lost partition (session expired) commits nothing. Default false: partitions are assigned directly and the group is only an offset store.").
+				Default(false),
+			service.NewDurationField(knFieldRevokeTimeout).
+				Description("With `group_membership`, how long a revoke waits for the batches of the revoked partitions to be acknowledged before committing what was. Keep it below the group's rebalance timeout. Default 10s.").
+				Default("10s").
+				Advanced(),
 			service.NewStringEnumField(knFieldIsolationLevel, isolationReadCommitted, isolationReadUncommitted).
 				Description("`read_committed` (the default) emits only records of committed transactions and non-transactional records; `read_uncommitted` also emits records of open and aborted transactions.").
 				Default(isolationReadCommitted),

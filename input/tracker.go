@@ -13,6 +13,7 @@ type span struct {
 	from, to int64
 	bytes    int64
 	acked    bool
+	owner    *partState // an ack for a partition since revoked and reassigned is ignored
 }
 
 // partState is the bookkeeping of one partition. All fields are guarded by
@@ -59,6 +60,15 @@ type tracker struct {
 
 func newTracker(plans []*partPlan, now time.Time) *tracker {
 	t := &tracker{parts: map[tp]*partState{}, changed: make(chan struct{})}
+	t.add(plans, now)
+	return t
+}
+
+// add starts tracking the partitions of plans, replacing any state they had
+// (a partition assigned again after a revoke starts over).
+func (t *tracker) add(plans []*partPlan, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for _, pp := range plans {
 		ps := &partState{
 			tp:            pp.tp,
@@ -76,10 +86,54 @@ func newTracker(plans []*partPlan, now time.Time) *tracker {
 			// stays at the start, so nothing beyond it is committed.
 			ps.finished = true
 		}
+		if _, ok := t.parts[pp.tp]; !ok {
+			t.order = append(t.order, pp.tp)
+		}
 		t.parts[pp.tp] = ps
-		t.order = append(t.order, pp.tp)
 	}
-	return t
+	t.notifyLocked()
+}
+
+// remove stops tracking partitions (revoked or lost): later acks of their
+// spans are ignored.
+func (t *tracker) remove(ps []tp) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gone := map[tp]bool{}
+	for _, p := range ps {
+		if _, ok := t.parts[p]; ok {
+			delete(t.parts, p)
+			gone[p] = true
+		}
+	}
+	order := t.order[:0]
+	for _, p := range t.order {
+		if !gone[p] {
+			order = append(order, p)
+		}
+	}
+	t.order = order
+	t.notifyLocked()
+}
+
+// has reports whether p is tracked.
+func (t *tracker) has(p tp) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.parts[p]
+	return ok
+}
+
+// pendingIn reports whether any of ps has unacknowledged spans.
+func (t *tracker) pendingIn(ps []tp) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range ps {
+		if st, ok := t.parts[p]; ok && len(st.spans) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *tracker) notifyLocked() {
@@ -100,14 +154,17 @@ func (t *tracker) changedChan() <-chan struct{} {
 func (t *tracker) advance(p tp, to int64, bytes int64, pending bool, now time.Time) *span {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ps := t.parts[p]
+	ps, ok := t.parts[p]
+	if !ok {
+		return nil // revoked meanwhile
+	}
 	if ps.stop != noStop && to > ps.stop {
 		to = ps.stop
 	}
 	if to <= ps.position {
 		return nil
 	}
-	s := &span{from: ps.position, to: to, bytes: bytes, acked: !pending}
+	s := &span{from: ps.position, to: to, bytes: bytes, acked: !pending, owner: ps}
 	ps.position = to
 	ps.lastAdvance = now
 	ps.spans = append(ps.spans, s)
@@ -130,7 +187,10 @@ func (t *tracker) ack(p tp, s *span) {
 		return
 	}
 	s.acked = true
-	ps := t.parts[p]
+	ps, ok := t.parts[p]
+	if !ok || ps != s.owner {
+		return // from a revoked assignment
+	}
 	ps.unackedBytes -= s.bytes
 	t.popLocked(ps)
 	t.notifyLocked()
@@ -150,7 +210,10 @@ func (t *tracker) popLocked(ps *partState) {
 func (t *tracker) position(p tp) (pos, stop int64, finished bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ps := t.parts[p]
+	ps, ok := t.parts[p]
+	if !ok {
+		return 0, noStop, true // revoked: nothing more to do for it
+	}
 	return ps.position, ps.stop, ps.finished
 }
 
@@ -184,11 +247,17 @@ func (t *tracker) allAcked() bool {
 // consumed yet) is left out unless it was finished, so that a run never
 // commits an offset it did not reach, and never moves the group's offset
 // backwards by merely starting.
-func (t *tracker) toCommit() map[tp]int64 {
+func (t *tracker) toCommit() map[tp]int64 { return t.toCommitOf(nil) }
+
+// toCommitOf is toCommit restricted to only (all partitions if nil).
+func (t *tracker) toCommitOf(only map[tp]bool) map[tp]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := map[tp]int64{}
 	for _, ps := range t.parts {
+		if only != nil && !only[ps.tp] {
+			continue
+		}
 		at := ps.ackedTo
 		if at == ps.committed {
 			continue
@@ -248,5 +317,7 @@ func (t *tracker) snapshots() []snapshot {
 func (t *tracker) update(p tp, fn func(ps *partState)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	fn(t.parts[p])
+	if ps, ok := t.parts[p]; ok {
+		fn(ps)
+	}
 }

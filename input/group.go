@@ -1,0 +1,197 @@
+package input
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// groupMember runs the kgo group callbacks of group_membership (unbounded
+// reads only). The rules, from shared/design/native-input.md:
+//
+//   - Starts stay exact: AdjustFetchOffsetsFn (called after
+//     OnPartitionsAssigned, before the first fetch of the new partitions)
+//     resolves each assigned partition's start with the admin API the same
+//     way a direct read does (committed offset, validated against the log,
+//     reset_offset otherwise; none is fatal) and hands kgo Offset.At(start).
+//     kgo's own reset handling is never relied on.
+//   - A reassigned partition must not stay paused: kgo keeps pauses across
+//     rebalances, so OnPartitionsAssigned resumes what it gets.
+//   - OnPartitionsRevoked waits up to revoke_ack_timeout for the revoked
+//     partitions' batches to be acknowledged, commits synchronously what
+//     was, then forgets the partitions. Acks that arrive later belong to an
+//     old assignment and are ignored (the tracker checks the span's owner);
+//     the new owner reads those records again (at-least-once; the paired
+//     kafka_eos output rejects them with the generation stamped on the span).
+//     It runs concurrently with polling (no BlockRebalanceOnPoll, which would
+//     hold the rebalance while a slow pipeline blocks the fetch loop).
+//   - OnPartitionsLost commits nothing: the session is gone and a late commit
+//     could move the offset backwards behind the new owner.
+//   - On Close, revoke does not wait: Close commits what was acknowledged
+//     before it closes the client (which leaves the group).
+type groupMember struct {
+	cfg       *config
+	adm       *kadm.Client
+	tr        *tracker
+	met       *inputMetrics
+	log       *service.Logger
+	committer OffsetCommitter // set before the client starts
+	fail      func(error)
+	closing   atomic.Bool
+}
+
+func (g *groupMember) opts() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumerGroup(g.cfg.group),
+		kgo.ConsumeTopics(g.cfg.topicOrder...),
+		kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(g.assigned),
+		kgo.AdjustFetchOffsetsFn(g.adjust),
+		kgo.OnPartitionsRevoked(g.revoked),
+		kgo.OnPartitionsLost(g.lost),
+	}
+}
+
+func toTPs(m map[string][]int32) []tp {
+	var out []tp
+	for t, ps := range m {
+		for _, p := range ps {
+			out = append(out, tp{t, p})
+		}
+	}
+	return out
+}
+
+func (g *groupMember) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	cl.ResumeFetchPartitions(assigned)
+	g.log.Infof("Assigned %v by group %s", assigned, g.cfg.group)
+}
+
+func (g *groupMember) adjust(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	var parts []tp
+	for t, ps := range offsets {
+		for p := range ps {
+			parts = append(parts, tp{t, p})
+		}
+	}
+	l, _, err := g.cfg.list(ctx, g.adm)
+	if err == nil {
+		var plans []*partPlan
+		if plans, err = g.cfg.resolve(ctx, g.adm, l, parts); err == nil {
+			out := map[string]map[int32]kgo.Offset{}
+			for _, pp := range plans {
+				if out[pp.Topic] == nil {
+					out[pp.Topic] = map[int32]kgo.Offset{}
+				}
+				out[pp.Topic][pp.Partition] = kgo.NewOffset().At(pp.start)
+				g.log.Debugf("Partition %s: start %d (log start %d, end %d, committed %d)", pp.tp, pp.start, pp.logStart, pp.end, pp.committed)
+			}
+			g.tr.add(plans, time.Now())
+			return out, nil
+		}
+	}
+	if isFatal(err) {
+		g.fail(err)
+	} else {
+		g.log.Warnf("Resolving the start offsets of assigned partitions (the group retries): %v", err)
+	}
+	return nil, err
+}
+
+func (g *groupMember) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	parts := toTPs(revoked)
+	if len(parts) == 0 {
+		return
+	}
+	if !g.closing.Load() {
+		deadline := time.NewTimer(g.cfg.revokeTimeout)
+		defer deadline.Stop()
+	wait:
+		for g.tr.pendingIn(parts) {
+			select {
+			case <-g.tr.changedChan():
+			case <-time.After(20 * time.Millisecond):
+			case <-deadline.C:
+				g.log.Warnf("Revoke of %v: batches still unacknowledged after %v; committing what was acknowledged", revoked, g.cfg.revokeTimeout)
+				break wait
+			case <-ctx.Done():
+				break wait
+			}
+		}
+		only := map[tp]bool{}
+		for _, p := range parts {
+			only[p] = true
+		}
+		if offs := g.tr.toCommitOf(only); len(offs) > 0 && g.committer != nil {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := g.committer.CommitOffsets(cctx, byTopic(offs))
+			cancel()
+			if err != nil {
+				g.met.commitFailed()
+				g.log.Warnf("Committing the revoked partitions %v: %v", revoked, err)
+			} else {
+				g.met.commitSucceeded()
+				g.tr.markCommitted(offs)
+			}
+		}
+	}
+	g.tr.remove(parts)
+	g.log.Infof("Revoked %v by group %s", revoked, g.cfg.group)
+}
+
+func (g *groupMember) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	g.tr.remove(toTPs(lost))
+	g.log.Warnf("Lost %v (group %s session ended); nothing committed for them", lost, g.cfg.group)
+}
+
+// memberCommitter commits as the group member (with its generation), which
+// the broker requires once the group has members.
+type memberCommitter struct {
+	cl *kgo.Client
+}
+
+func (m *memberCommitter) CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error {
+	eo := map[string]map[int32]kgo.EpochOffset{}
+	for t, ps := range offsets {
+		eo[t] = map[int32]kgo.EpochOffset{}
+		for p, at := range ps {
+			eo[t][p] = kgo.EpochOffset{Epoch: -1, Offset: at}
+		}
+	}
+	var rerr error
+	m.cl.CommitOffsetsSync(ctx, eo, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			rerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil && rerr == nil {
+					rerr = fmt.Errorf("%s:%d: %w", t.Topic, p.Partition, err)
+				}
+			}
+		}
+	})
+	return rerr
+}
+
+// serialCommitter keeps commits from the bookkeeper and the revoke callback
+// from overlapping.
+type serialCommitter struct {
+	mu sync.Mutex
+	c  OffsetCommitter
+}
+
+func (s *serialCommitter) CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.c.CommitOffsets(ctx, offsets)
+}
