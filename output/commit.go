@@ -141,6 +141,12 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	}
 
 	pid, pepoch, err := ep.slot.cl.ProducerID(dctx)
+	if err == nil && (pid != ep.pid || pepoch != ep.pepoch) {
+		// franz-go re-initialised the producer id under the epoch (it
+		// does after some errors): the records may not all be in the
+		// transaction the EndTxn would commit.
+		err = fmt.Errorf("producer id changed from %d/%d to %d/%d during the epoch", ep.pid, ep.pepoch, pid, pepoch)
+	}
 	if err != nil {
 		o.abortEpoch(ctx, ep, fmt.Errorf("producer id: %w", err), false)
 		return
@@ -205,8 +211,6 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	o.checkTxnVersion(ctx, ep.slot, rec)
 	o.m.epochCommitted()
 	o.m.commitTiming(since(start))
-	o.m.records.Incr(int64(ep.records))
-	o.m.bytes.Incr(int64(ep.bytes))
 
 	committed := rec.WithState(txnstate.Committed, "")
 	wctx, wcancel := context.WithTimeout(ctx, o.conf.commitBudget)
@@ -302,14 +306,17 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 		s.broken = true
 	}
 	ep.advance(txnstate.PhaseAborted)
-	o.m.epochAborted()
-	o.log.Warnf("kafka_eos: epoch %d aborted, its %d batches nacked: %v", ep.n, len(ep.batches), cause)
-	o.finish(ep, &EpochError{Epoch: ep.n, Cause: cause})
 	if prepared && len(rec) > 0 {
+		// ABORTED is durable before the nack: if the abort above did
+		// not reach the broker and we crash now, a PREPARED record would
+		// let a later start resume-commit batches already nacked.
 		if !o.writeRetry(ctx, s.n, rec[0].WithState(txnstate.Aborted, cause.Error())) {
 			return
 		}
 	}
+	o.m.epochAborted()
+	o.log.Warnf("kafka_eos: epoch %d aborted, its %d batches nacked: %v", ep.n, len(ep.batches), cause)
+	o.finish(ep, &EpochError{Epoch: ep.n, Cause: cause})
 	o.rewarm(ctx, s)
 	o.releaseSlot(s)
 }

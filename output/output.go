@@ -185,6 +185,8 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		ep.slot.cl.Produce(o.runCtx, r, ep.promise(ref, i))
 	}
 	ep.producing.Done()
+	o.m.records.Incr(int64(len(recs)))
+	o.m.bytes.Incr(int64(size))
 	o.m.buffered.Set(o.bufferedBytes())
 
 	select {
