@@ -63,23 +63,10 @@ func (c *Cache) readToEnd(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(ctx, stallAfter)
 		fs := c.cl.PollFetches(pctx)
 		cancel()
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("kafka_state: reading topic %q to its end: %w", topic, err)
-		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) {
-			switch {
-			case errors.Is(err, context.DeadlineExceeded) && pctx.Err() != nil:
-			case errors.Is(err, kgo.ErrClientClosed):
-				ferr = ErrClosed
-			case ferr == nil:
-				ferr = fmt.Errorf("kafka_state: reading topic %q partition %d: %w", t, p, err)
-			}
-		})
-		if ferr != nil {
-			return ferr
-		}
 
+		// Records first, whatever else the poll says: the client has
+		// moved past them, so a record not applied now is never read
+		// again by this client, and a later read would stall on it.
 		progressed := make(map[int32]bool)
 		c.mu.Lock()
 		fs.EachRecord(func(r *kgo.Record) {
@@ -92,6 +79,24 @@ func (c *Cache) readToEnd(ctx context.Context) error {
 			}
 		}
 		c.mu.Unlock()
+
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("kafka_state: reading topic %q to its end: %w", topic, err)
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			switch {
+			case errors.Is(err, context.DeadlineExceeded) && pctx.Err() != nil:
+				// Our stall timer, not an error.
+			case errors.Is(err, kgo.ErrClientClosed):
+				ferr = ErrClosed
+			case ferr == nil:
+				ferr = fmt.Errorf("kafka_state: reading topic %q partition %d: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return ferr
+		}
 
 		if pctx.Err() == nil {
 			continue
