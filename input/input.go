@@ -207,7 +207,9 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 		committer = &serialCommitter{c: &handoverCommitter{res: in.mgr, group: cfg.group, direct: &memberCommitter{cl: c.consumeCl}}}
 		c.member.committer = committer
 	case in.newCommitter != nil:
-		committer = in.newCommitter(adm)
+		// The bookkeeper and the final commit of a bounded read may
+		// commit at the same time; OffsetCommitter calls never overlap.
+		committer = &serialCommitter{c: in.newCommitter(adm)}
 	}
 	if cfg.bounded() {
 		c.prog = newProgress(in.log, plans, now)

@@ -30,6 +30,7 @@ var scenarios = []struct {
 	{"OpenTxnAtTailHWMWaitTimeout", scenarioOpenTxnAtTailHWMWaitTimeout},
 	{"OpenTxnAtTailHWMWaitCommits", scenarioOpenTxnAtTailHWMWaitCommits},
 	{"LogStartPastStopWhileIdle", scenarioLogStartPastStopWhileIdle},
+	{"LogStartPastStopWhileIdleProbe", scenarioLogStartPastStopProbe},
 	{"LogStartPastStopResetNone", scenarioLogStartPastStopResetNone},
 	{"TombstonesEmit", scenarioTombstonesEmit},
 	{"TombstonesDrop", scenarioTombstonesDrop},
@@ -259,6 +260,17 @@ func (e *env) deleteRecords(t testing.TB, topic string, partition int32, at int6
 // by backpressure, nothing acknowledged): the deleted range is data loss,
 // reported, and the partition finishes at its stop.
 func scenarioLogStartPastStopWhileIdle(t *testing.T, e *env) {
+	logStartPastStop(t, e, 0)
+}
+
+// The same, with the partition left idle (paused) for several probe
+// intervals after the deletion: the probe, not an OFFSET_OUT_OF_RANGE from a
+// fetch, finds the loss and finishes the partition.
+func scenarioLogStartPastStopProbe(t *testing.T, e *env) {
+	logStartPastStop(t, e, time.Second)
+}
+
+func logStartPastStop(t *testing.T, e *env, idle time.Duration) {
 	topic := e.topic(t, 1)
 	for _, v := range vals("a", 3) {
 		e.produce(t, topic, 0, v)
@@ -283,6 +295,10 @@ idle_probe_interval: 300ms
 		e.produce(t, topic, 0, v) // offsets 3..9
 	}
 	e.deleteRecords(t, topic, 0, 9)
+	if idle > 0 {
+		wait(t, 10*time.Second, func() bool { return h.raw.conn.tr.snapshots()[0].finished })
+		assert.Equal(t, int64(0), h.raw.conn.tr.snapshots()[0].probed, "deleted offsets count as lost, not as probed-empty")
+	}
 	require.NoError(t, ack(ctx, nil))
 	rest, err := h.readUntilEnd(readTimeout)
 	require.NoError(t, err)
