@@ -211,3 +211,28 @@ func TestFinalCommitRetriesTransientErrors(t *testing.T) {
 	assert.Len(t, h.readAll(readTimeout), 2)
 	assert.Equal(t, int64(2), e.committed(t, group, topic, 0))
 }
+
+// Close returns promptly even while Connect waits (here for an open
+// transaction below the high watermark) and the Connect ends with it.
+func TestCloseDuringConnect(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 1)...)
+	x := e.beginTxn(t)
+	x.produce(topic, 0, vals("open", 1)...)
+	t.Cleanup(func() { x.end(false) })
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nstop_offset: latest\nstop_at_high_watermark: true\nhigh_watermark_wait_timeout: 1m\n", topic))
+	errc := make(chan error, 1)
+	go func() { errc <- h.connectOnce() }()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, h.in.Close(t.Context()))
+	select {
+	case err := <-errc:
+		require.Error(t, err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("Connect did not end after Close")
+	}
+	assert.Less(t, time.Since(start), 2*time.Second)
+	assert.NoError(t, fatal.Err())
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Jeffail/shutdown"
@@ -38,10 +39,12 @@ type kafkaInput struct {
 	// (see OffsetCommitter); nil without a consumer group.
 	newCommitter func(adm *kadm.Client) OffsetCommitter
 
-	mu           sync.Mutex
-	firstConnect time.Time
-	conn         *connection // nil until connected
-	closed       bool
+	connMu        sync.Mutex // serializes Connect
+	mu            sync.Mutex // guards the fields below
+	firstConnect  time.Time
+	conn          *connection // nil until connected
+	closed        bool
+	cancelConnect context.CancelFunc // cancels a Connect in progress
 }
 
 // connection is everything Connect started; Close tears it down.
@@ -59,7 +62,7 @@ type connection struct {
 	failed    chan struct{} // closed on the first fatal error of this input
 	failOnce  sync.Once
 	failErr   error
-	ended     bool
+	ended     atomic.Bool // the bounded read ended and committed its stops
 }
 
 func newInputFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*kafkaInput, error) {
@@ -77,24 +80,47 @@ func newInputFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*ka
 }
 
 func (in *kafkaInput) Connect(ctx context.Context) error {
+	// connMu serializes Connect calls; mu is not held while connecting
+	// (the preflight and the high watermark wait can take a while), so
+	// that Close never waits for a Connect: it cancels it.
+	in.connMu.Lock()
+	defer in.connMu.Unlock()
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	if in.closed {
+		in.mu.Unlock()
 		return ErrClosed
 	}
 	if in.conn != nil {
+		in.mu.Unlock()
 		return nil
-	}
-	if err := fatal.Err(); err != nil {
-		return err
 	}
 	if in.firstConnect.IsZero() {
 		in.firstConnect = time.Now()
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	in.cancelConnect = cancel
+	in.mu.Unlock()
+	defer cancel()
+	if err := fatal.Err(); err != nil {
+		return err
+	}
+
 	c, err := in.connect(ctx)
 	if err == nil {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		if in.closed {
+			c.teardown(context.Background())
+			return ErrClosed
+		}
 		in.conn = c
 		return nil
+	}
+	in.mu.Lock()
+	closed := in.closed
+	in.mu.Unlock()
+	if closed {
+		return ErrClosed
 	}
 	switch {
 	case isFatal(err):
@@ -267,7 +293,7 @@ func (in *kafkaInput) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 		return nil, nil, c.failErr
 	default:
 	}
-	if c.ended {
+	if c.ended.Load() {
 		return nil, nil, service.ErrEndOfInput
 	}
 	select {
@@ -326,7 +352,7 @@ func (in *kafkaInput) finish(ctx context.Context, c *connection) error {
 	if c.prog != nil {
 		c.prog.report(c.tr.snapshots(), true)
 	}
-	c.ended = true
+	c.ended.Store(true)
 	return service.ErrEndOfInput
 }
 
@@ -337,17 +363,28 @@ func (in *kafkaInput) Close(ctx context.Context) error {
 	c := in.conn
 	in.closed = true
 	in.conn = nil
+	if in.cancelConnect != nil {
+		in.cancelConnect()
+	}
 	in.mu.Unlock()
 	if c == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, closeTimeout)
 	defer cancel()
+	c.teardown(ctx)
+	return nil
+}
+
+// teardown stops the loops, commits what was acknowledged (unless a bounded
+// read already committed its stops) and closes the clients.
+func (c *connection) teardown(ctx context.Context) {
 	c.fetchShut.TriggerSoftStop()
 	c.bookShut.TriggerSoftStop()
 	if c.member != nil {
-		// Close commits below; the revoke that leaving the group
-		// triggers must not wait for acks that will not come.
+		// The commit below covers the acknowledged offsets; the revoke
+		// that leaving the group triggers must not wait for acks that
+		// will not come.
 		c.member.closing.Store(true)
 	}
 	if c.consumeCl != nil {
@@ -360,11 +397,10 @@ func (in *kafkaInput) Close(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	if !c.ended {
+	if !c.ended.Load() {
 		if err := c.book.commit(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			in.log.Warnf("Committing offsets on close: %v", err)
+			c.book.log.Warnf("Committing offsets on close: %v", err)
 		}
 	}
 	c.admCl.Close()
-	return nil
 }

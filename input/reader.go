@@ -76,6 +76,10 @@ func (f *fetchLoop) run(ctx context.Context) {
 			return
 		}
 		if err := f.handleErrors(ctx, fetches); err != nil {
+			// Stop fetching: an authorization error would otherwise
+			// be fetched again thousands of times a second until the
+			// stream shuts down.
+			f.cl.PauseFetchTopics(f.cfg.topicOrder...)
 			f.onFail(err)
 			return
 		}
