@@ -38,6 +38,7 @@ var scenarios = []struct {
 	{"CommittedStartResets", scenarioCommittedStartResets},
 	{"NackedBatchReplayedNeverCommittedPast", scenarioNackReplay},
 	{"UnboundedMultiPartition", scenarioUnboundedMultiPartition},
+	{"UnboundedDataLoss", scenarioUnboundedDataLoss},
 	{"PauseResumeUnderBackpressure", scenarioBackpressure},
 	{"UnknownTopic", scenarioUnknownTopic},
 	{"TopicDeletedWhileReading", scenarioTopicDeleted},
@@ -678,4 +679,61 @@ stop_timestamp_ms: %d
 	h2.mustConnect()
 	e.produce(t, topic, 0, []byte("late"))
 	assert.Len(t, h2.readAll(readTimeout), 6)
+}
+
+// Unbounded: the log start moves past the position while the partition is
+// paused (backpressure): the deleted range is counted as lost and reading
+// goes on from the log start; under reset_offset none it is fatal.
+func scenarioUnboundedDataLoss(t *testing.T, e *env) {
+	for _, none := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reset none %v", none), func(t *testing.T) {
+			topic := e.topic(t, 1)
+			for _, v := range vals("a", 3) {
+				e.produce(t, topic, 0, v)
+			}
+			start := "start_offset: earliest"
+			if none {
+				start = fmt.Sprintf("start_offset: specific\nstart_offsets: { \"%s:0\": 0 }\nreset_offset: none", topic)
+			}
+			h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+%s
+max_batch_records: 1
+max_buffered_bytes_per_partition: 1
+fetch_max_partition_bytes: 1
+`, topic, start))
+			h.mustConnect()
+			ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+			defer cancel()
+			_, ack, err := h.in.ReadBatch(ctx)
+			require.NoError(t, err)
+			wait(t, 10*time.Second, func() bool { return h.raw.conn.tr.snapshots()[0].paused })
+			for _, v := range vals("b", 5) {
+				e.produce(t, topic, 0, v) // 3..7
+			}
+			e.deleteRecords(t, topic, 0, 6)
+			require.NoError(t, ack(ctx, nil))
+			if none {
+				for {
+					_, ack, err := h.in.ReadBatch(ctx)
+					if err != nil {
+						var dl *DataLossError
+						require.ErrorAs(t, err, &dl)
+						return
+					}
+					require.NoError(t, ack(ctx, nil))
+				}
+			}
+			var rest []got
+			for len(rest) == 0 || rest[len(rest)-1].Value != "b4" {
+				b, ack, err := h.in.ReadBatch(ctx)
+				require.NoError(t, err)
+				rest = append(rest, toGot(b)...)
+				require.NoError(t, ack(ctx, nil))
+			}
+			vs := values(rest)
+			assert.Equal(t, []string{"b3", "b4"}, vs[len(vs)-2:], "reading goes on at the log start")
+			assert.GreaterOrEqual(t, h.raw.conn.tr.snapshots()[0].lost, int64(1))
+		})
+	}
 }
