@@ -89,8 +89,9 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	if c.maxMessageBytes, err = conf.FieldInt(keoFieldMaxMessageBytes); err != nil {
 		return nil, fieldErr(keoFieldMaxMessageBytes, err)
 	}
-	if c.maxMessageBytes < 1 || c.maxMessageBytes > math.MaxInt32 {
-		return nil, fieldErr(keoFieldMaxMessageBytes, fmt.Errorf("%d out of range", c.maxMessageBytes))
+	if c.maxMessageBytes < 512 || c.maxMessageBytes > math.MaxInt32 {
+		// franz-go refuses batches capped below 512 bytes.
+		return nil, fieldErr(keoFieldMaxMessageBytes, fmt.Errorf("%d out of range [512, %d]", c.maxMessageBytes, math.MaxInt32))
 	}
 	if c.transactionalID, err = conf.FieldString(keoFieldTransactionalID); err != nil {
 		return nil, fieldErr(keoFieldTransactionalID, err)

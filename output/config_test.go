@@ -3,12 +3,17 @@ package output
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/connect-eos/connect-eos/internal/fatal"
 )
 
 // Bad configuration is rejected at construction with a message naming the
@@ -129,5 +134,54 @@ output:
 	}
 	if got := len(readCommitted(t, c.ListenAddrs(), testTopic)); got != 40 {
 		t.Fatalf("visible %d, want 40", got)
+	}
+}
+
+// An authentication or authorization failure is fatal at Connect (Benthos
+// would otherwise retry it forever). kfake answers bad SASL credentials by
+// closing the connection (EOF), unlike Kafka's SASL_AUTHENTICATION_FAILED, so
+// the classification is tested on the error itself.
+func TestAuthFailureFatal(t *testing.T) {
+	restore := fatal.SetHandler(func(error) {})
+	defer restore()
+	o := &output{conf: &config{transactionalID: "app"}}
+	for _, e := range []error{kerr.SaslAuthenticationFailed, kerr.TransactionalIDAuthorizationFailed, kerr.TopicAuthorizationFailed} {
+		err := o.classifyConnectErr(fmt.Errorf("init producer id: %w", e))
+		var fe *fatal.Error
+		if !errors.As(err, &fe) || !errors.Is(err, e) || !strings.Contains(err.Error(), `"app"`) {
+			t.Errorf("%v: got %v, want fatal naming the id", e, err)
+		}
+	}
+	if err := o.classifyConnectErr(kerr.CoordinatorNotAvailable); errors.As(err, new(*fatal.Error)) {
+		t.Error("a retriable error was made fatal")
+	}
+	if o.classifyConnectErr(nil) != nil {
+		t.Error("nil")
+	}
+	// A real SASL connection works end to end.
+	c := newCluster(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "admin", "secret"))
+	ok := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", "sasl: { mechanism: PLAIN, username: admin, password: secret }\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ok.WriteBatch(ctx, batchOf("sasl", 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A record larger than max_message_bytes fails alone with its topic and
+// size, before anything is produced.
+func TestRecordTooLarge(t *testing.T) {
+	c := newCluster(t)
+	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", "max_message_bytes: 600\n"))
+	b := batchOf("small", 2)
+	b[1].SetBytes(make([]byte, 1000))
+	err := o.WriteBatch(context.Background(), b)
+	var re *RecordError
+	if !errors.As(err, &re) || re.Topic != testTopic || re.Size < 1000 {
+		t.Fatalf("%v, want a RecordError naming the topic and size", err)
+	}
+	var be *service.BatchError
+	if !errors.As(err, &be) || be.IndexedErrors() != 1 {
+		t.Fatalf("%v, want message 1 alone blamed", err)
 	}
 }

@@ -84,6 +84,10 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 func (o *output) Connect(ctx context.Context) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.classifyConnectErr(o.connectLocked(ctx))
+}
+
+func (o *output) connectLocked(ctx context.Context) error {
 	if o.connected {
 		return nil
 	}
@@ -118,7 +122,7 @@ func (o *output) Connect(ctx context.Context) error {
 			for _, s := range slots[:n] {
 				s.cl.Close()
 			}
-			return o.classifyConnectErr(err)
+			return err
 		}
 		slots[n] = &slot{n: n, id: id, cl: cl, tv: tv, freeCh: make(chan struct{})}
 	}
@@ -138,10 +142,12 @@ func (o *output) Connect(ctx context.Context) error {
 	return nil
 }
 
-// classifyConnectErr makes authentication and authorization failures fatal.
+// classifyConnectErr makes authentication and authorization failures fatal:
+// Benthos would retry Connect forever.
 func (o *output) classifyConnectErr(err error) error {
-	if isAuthErr(err) {
-		return fatal.Raise(err)
+	var fe *fatal.Error
+	if isAuthErr(err) && !errors.As(err, &fe) {
+		return fatal.Raise(fmt.Errorf("kafka_eos %q: %w", o.conf.transactionalID, err))
 	}
 	return err
 }

@@ -148,7 +148,7 @@ cache for a durable identity.
 				Default("none").
 				Advanced(),
 			service.NewIntField(keoFieldMaxMessageBytes).
-				Description("The largest record batch sent to a broker, in bytes (the producer's max.request.size per batch). Default 1 MiB, the broker's default message.max.bytes.").
+				Description("The largest record batch sent to a broker, in bytes (the producer's max.request.size per batch). Default 1 MiB, the broker's default message.max.bytes; at least 512.").
 				Default(defaultMaxMessageBytes).
 				Advanced(),
 			service.NewStringField(keoFieldTransactionalID).
