@@ -118,6 +118,10 @@ With a `+"`consumer_group`"+`, offsets are committed after Benthos acknowledged 
 
 Errors that no retry fixes stop the stream with a non-zero exit: authentication and authorization failures, a topic that stays unknown after `+"`unknown_topic_grace_period`"+`, and an out-of-range offset or data loss under `+"`reset_offset: none`"+`. A broker that is unreachable at start is retried.
 
+### Metrics
+
+Besides the metrics Benthos keeps for every input: `+"`kafka_native_position`"+`, `+"`kafka_native_committed_offset`"+` and `+"`kafka_native_lag`"+` (gauges per `+"`topic`"+` and `+"`partition`"+`; lag is the records between the position and the stop, or the end of the log last seen when unbounded), `+"`kafka_native_bytes_in`"+` and `+"`kafka_native_data_loss_records`"+` (counters per partition), `+"`kafka_native_commits_succeeded`"+` and `+"`kafka_native_commits_failed`"+`. With a stop, the progress (offsets done of the total, rate, ETA) is logged every `+"`progress_log_interval`"+` and a summary at the end.
+
 ### Metadata
 
 This input adds the following metadata fields to each message:
