@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// result is one contender's measurement in one round.
+type result struct {
+	Records int64   `json:"records"` // records in the measured span
+	Bytes   int64   `json:"bytes"`   // their value bytes
+	Seconds float64 `json:"seconds"` // the measured span
+	// RSS is the child's peak resident set size (VmHWM), bytes.
+	RSS int64 `json:"rss,omitempty"`
+	// kafka_eos only (from its metrics), and the probe's epoch count.
+	Epochs    int64   `json:"epochs,omitempty"`
+	CommitP50 float64 `json:"commit_p50,omitempty"` // seconds
+	CommitP99 float64 `json:"commit_p99,omitempty"`
+	StallP50  float64 `json:"stall_p50,omitempty"`
+	StallP99  float64 `json:"stall_p99,omitempty"`
+	// Rate overrides Records/Seconds when a tool reports its own rate.
+	Rate float64 `json:"rate,omitempty"`
+	MBs  float64 `json:"mbs,omitempty"`
+}
+
+// RecordsPerSec is the throughput in records/s.
+func (r result) RecordsPerSec() float64 {
+	if r.Rate > 0 {
+		return r.Rate
+	}
+	if r.Seconds <= 0 {
+		return 0
+	}
+	return float64(r.Records) / r.Seconds
+}
+
+// MBPerSec is the value throughput in MiB/s (ProducerPerformance's "MB").
+func (r result) MBPerSec(size int) float64 {
+	if r.MBs > 0 {
+		return r.MBs
+	}
+	return r.RecordsPerSec() * float64(size) / (1 << 20)
+}
+
+func quantiles(qs []*dto.Quantile) (p50, p99 float64) {
+	for _, q := range qs {
+		switch q.GetQuantile() {
+		case 0.5:
+			p50 = q.GetValue()
+		case 0.99:
+			p99 = q.GetValue()
+		}
+	}
+	return p50, p99
+}
+
+const resultPrefix = "BENCHRESULT "
+
+// runChild runs one contender in this process and prints its result as one
+// JSON line on stdout.
+func runChild(o options) int {
+	ctx := context.Background()
+	var r result
+	var err error
+	switch o.child {
+	case "eos", "plain", "native":
+		r, err = runPipeline(ctx, o.child, o)
+	case "probe":
+		r, err = runProbe(ctx, o, o.slots)
+	case "rawconsume":
+		r, err = runRawConsume(ctx, o)
+	default:
+		err = fmt.Errorf("unknown -child %q", o.child)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench child %s: %v\n", o.child, err)
+		return 1
+	}
+	r.RSS = vmHWM()
+	b, _ := json.Marshal(r)
+	fmt.Printf("%s%s\n", resultPrefix, b)
+	return 0
+}
+
+// vmHWM reads this process's peak resident set size from /proc (0 where
+// there is no /proc).
+func vmHWM() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// childRun runs one contender in a child process: this binary with -child.
+func childRun(ctx context.Context, kind string, o options, topic string, size, records int, interval time.Duration) (result, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-child", kind, "-brokers", o.brokers, "-topic", topic,
+		"-size", strconv.Itoa(size), "-records", strconv.Itoa(records), "-interval", interval.String(),
+		"-batch", strconv.Itoa(o.batch), "-probe-slots", strconv.Itoa(o.slots))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return result{}, fmt.Errorf("%s: %v: %s", kind, err, lastLines(stderr.String(), 15))
+	}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, resultPrefix); ok {
+			var r result
+			if err := json.Unmarshal([]byte(rest), &r); err != nil {
+				return result{}, fmt.Errorf("%s: result %q: %w", kind, rest, err)
+			}
+			return r, nil
+		}
+	}
+	return result{}, fmt.Errorf("%s printed no result: %s", kind, lastLines(stderr.String(), 15))
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

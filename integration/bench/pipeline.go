@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/connect-eos/connect-eos/internal/promexport"
+	// The project's components (kafka_eos, kafka_native, kafka_state).
+	_ "github.com/connect-eos/connect-eos/plugin"
+)
+
+// payload is the value of every record: size random upper-case letters, made
+// once, as ProducerPerformance does without a payload file.
+func payload(size int) []byte {
+	p := make([]byte, size)
+	var x uint32 = 2463534242
+	for i := range p {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		p[i] = 'A' + byte(x%26)
+	}
+	return p
+}
+
+// clock is what the bench input and sink share with the child: when the
+// measured part started and ended, and how many records it covered.
+type clock struct {
+	mu      sync.Mutex
+	start   time.Time
+	end     time.Time
+	records int64
+}
+
+func (c *clock) span() (time.Duration, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.end.Sub(c.start), c.records
+}
+
+// benchSource is the pipelines' input: like `generate` with a constant
+// payload, at no cost per record beyond service.NewMessage. It first emits one
+// warm-up batch of one record and waits for its ack, so the clock starts once
+// the output is connected (producers initialised, state cache read) and one
+// epoch went round; then it emits count records in batches of batch, and the
+// clock stops when the last of them is acknowledged (for kafka_eos: when its
+// epoch committed).
+type benchSource struct {
+	count, batch int
+	value        []byte
+	clk          *clock
+
+	warmed   chan struct{}
+	emitted  int
+	warmSent bool
+	acked    atomic.Int64
+}
+
+func benchSourceSpec() *service.ConfigSpec {
+	return service.NewConfigSpec().
+		Fields(service.NewIntField("count"), service.NewIntField("size"), service.NewIntField("batch"))
+}
+
+func newBenchSource(conf *service.ParsedConfig, clk *clock) (*benchSource, error) {
+	count, err := conf.FieldInt("count")
+	if err != nil {
+		return nil, err
+	}
+	size, err := conf.FieldInt("size")
+	if err != nil {
+		return nil, err
+	}
+	batch, err := conf.FieldInt("batch")
+	if err != nil {
+		return nil, err
+	}
+	return &benchSource{count: count, batch: batch, value: payload(size), clk: clk, warmed: make(chan struct{})}, nil
+}
+
+func (s *benchSource) Connect(context.Context) error { return nil }
+
+func (s *benchSource) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	if !s.warmSent {
+		s.warmSent = true
+		return service.MessageBatch{service.NewMessage(s.value)}, func(_ context.Context, err error) error {
+			if err == nil {
+				close(s.warmed)
+			}
+			return nil
+		}, nil
+	}
+	if s.emitted == 0 {
+		select {
+		case <-s.warmed:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		s.clk.mu.Lock()
+		s.clk.start = time.Now()
+		s.clk.mu.Unlock()
+	}
+	if s.emitted >= s.count {
+		return nil, nil, service.ErrEndOfInput
+	}
+	n := min(s.batch, s.count-s.emitted)
+	s.emitted += n
+	b := make(service.MessageBatch, n)
+	for i := range b {
+		b[i] = service.NewMessage(s.value)
+	}
+	total := int64(s.count)
+	return b, func(_ context.Context, err error) error {
+		if err != nil {
+			// The batch is replayed by Benthos; nothing counted.
+			return nil
+		}
+		if s.acked.Add(int64(n)) == total {
+			s.clk.mu.Lock()
+			s.clk.end = time.Now()
+			s.clk.records = total
+			s.clk.mu.Unlock()
+		}
+		return nil
+	}, nil
+}
+
+func (s *benchSource) Close(context.Context) error { return nil }
+
+// benchSink is the consume rows' output: it counts records and stamps the
+// first and the last write. The rate is taken from the end of the first batch
+// to the end of the last one, over the records after the first batch, so the
+// start-up of the input (admin requests, first fetch) is not in it.
+type benchSink struct {
+	clk   *clock
+	first bool
+	total int64
+	mu    sync.Mutex
+}
+
+func (s *benchSink) Connect(context.Context) error { return nil }
+
+func (s *benchSink) WriteBatch(_ context.Context, b service.MessageBatch) error {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total += int64(len(b))
+	if !s.first {
+		s.first = true
+		s.clk.mu.Lock()
+		s.clk.start = now
+		s.clk.mu.Unlock()
+		return nil
+	}
+	s.clk.mu.Lock()
+	s.clk.end = now
+	s.clk.records += int64(len(b))
+	s.clk.mu.Unlock()
+	return nil
+}
+
+func (s *benchSink) Close(context.Context) error { return nil }
+
+// pipelineYAML is the stream config of one pipeline contender.
+func pipelineYAML(kind string, o options) (string, error) {
+	src := fmt.Sprintf("input:\n  bench_source: { count: %d, size: %d, batch: %d }\n", o.records, o.size, o.batch)
+	logger := "logger:\n  level: WARN\n"
+	switch kind {
+	case "eos":
+		return src + fmt.Sprintf(`output:
+  kafka_eos:
+    seed_brokers: [ %q ]
+    topic: %q
+    transactional_id: %q
+    state_cache: eos_state
+    # Epochs close on the interval only, as ProducerPerformance's
+    # --transaction-duration-ms does (the record and byte caps are off;
+    # max_in_flight, default 64 batches, still closes an epoch early).
+    epoch: { interval: %s, max_records: 0, max_bytes: 0 }
+cache_resources:
+  - label: eos_state
+    kafka_state:
+      seed_brokers: [ %q ]
+      topic: bench_eos_state
+`, o.brokers, o.topic, "bench-"+o.topic, o.interval, o.brokers) + logger, nil
+	case "plain":
+		return src + fmt.Sprintf(`output:
+  bench_plain:
+    seed_brokers: %q
+    topic: %q
+`, o.brokers, o.topic) + logger, nil
+	case "native":
+		return fmt.Sprintf(`input:
+  kafka_native:
+    seed_brokers: [ %q ]
+    topics: [ %q ]
+    isolation_level: read_committed
+    start_offset: earliest
+    stop_offset: latest
+output:
+  bench_sink: {}
+`, o.brokers, o.topic) + logger, nil
+	}
+	return "", fmt.Errorf("unknown pipeline %q", kind)
+}
+
+// runPipeline runs one pipeline contender in this process through a
+// StreamBuilder on a cloned environment that holds the bench components and a
+// metrics exporter this function reads from.
+func runPipeline(ctx context.Context, kind string, o options) (result, error) {
+	clk := &clock{}
+	exp := promexport.New()
+	env := service.GlobalEnvironment().Clone()
+	if err := env.RegisterMetricsExporter("bench_capture", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Logger) (service.MetricsExporter, error) {
+		return exp, nil
+	}); err != nil {
+		return result{}, err
+	}
+	if err := env.RegisterBatchInput("bench_source", benchSourceSpec(), func(conf *service.ParsedConfig, _ *service.Resources) (service.BatchInput, error) {
+		return newBenchSource(conf, clk)
+	}); err != nil {
+		return result{}, err
+	}
+	if err := env.RegisterBatchOutput("bench_sink", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
+		return &benchSink{clk: clk}, service.BatchPolicy{}, 1, nil
+	}); err != nil {
+		return result{}, err
+	}
+	if err := registerPlain(env); err != nil {
+		return result{}, err
+	}
+
+	yaml, err := pipelineYAML(kind, o)
+	if err != nil {
+		return result{}, err
+	}
+	sb := env.NewStreamBuilder()
+	if err := sb.SetYAML(yaml); err != nil {
+		return result{}, err
+	}
+	if err := sb.SetMetricsYAML("bench_capture: {}"); err != nil {
+		return result{}, err
+	}
+	stream, err := sb.Build()
+	if err != nil {
+		return result{}, err
+	}
+	runCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if err := stream.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+		return result{}, fmt.Errorf("stream: %w", err)
+	}
+	d, n := clk.span()
+	if n == 0 || d <= 0 {
+		return result{}, fmt.Errorf("the stream ended before the measured records were acknowledged")
+	}
+	r := result{Records: n, Bytes: n * int64(o.size), Seconds: d.Seconds()}
+	if kind == "native" {
+		r.Bytes = 0 // filled in by the parent, which knows the record size
+	}
+	readOutputMetrics(exp, &r)
+	return r, nil
+}
+
+// readOutputMetrics copies the kafka_eos metrics (output/metrics.go) from the
+// exporter's registry: epochs committed and the commit latency and boundary
+// stall summaries (0.5 and 0.99 quantiles, seconds).
+func readOutputMetrics(exp *promexport.Exporter, r *result) {
+	mfs, err := exp.Registry().Gather()
+	if err != nil {
+		return
+	}
+	for _, mf := range mfs {
+		name := mf.GetName()
+		for _, m := range mf.GetMetric() {
+			switch {
+			case name == "kafka_eos_epochs_committed" && m.GetCounter() != nil:
+				r.Epochs += int64(m.GetCounter().GetValue())
+			case strings.HasPrefix(name, "kafka_eos_epoch_commit_latency") && m.GetSummary() != nil:
+				r.CommitP50, r.CommitP99 = quantiles(m.GetSummary().GetQuantile())
+			case strings.HasPrefix(name, "kafka_eos_epoch_boundary_stall") && m.GetSummary() != nil:
+				r.StallP50, r.StallP99 = quantiles(m.GetSummary().GetQuantile())
+			}
+		}
+	}
+}

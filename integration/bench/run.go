@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The contenders of the produce rows and of the consume rows.
+const (
+	cEOS    = "kafka_eos"
+	cPlain  = "plain idempotent"
+	cProbe  = "raw franz-go txn"
+	cPP     = "ProducerPerformance txn"
+	cNative = "kafka_native (message)"
+	cCP     = "ConsumerPerformance read_committed"
+	cRawC   = "raw franz-go poll"
+)
+
+var (
+	produceContenders = []string{cEOS, cPlain, cProbe, cPP}
+	consumeContenders = []string{cNative, cCP, cRawC}
+)
+
+// cell is one row of a table: its parameters and, per contender, one result
+// per round (nil where the run failed; errs says why).
+type cell struct {
+	size     int
+	interval time.Duration // 0 for consume rows
+	rounds   map[string][]*result
+	errs     []string
+}
+
+func newCell(size int, interval time.Duration) *cell {
+	return &cell{size: size, interval: interval, rounds: map[string][]*result{}}
+}
+
+func run(ctx context.Context, o options) error {
+	started := time.Now()
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	if o.brokers == "" {
+		addr, err := brokerUp(ctx, root)
+		if err != nil {
+			return err
+		}
+		o.brokers = addr
+		if !o.keep {
+			defer brokerDown(root)
+		}
+	}
+	logf("broker %s", o.brokers)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	tmp, err := os.MkdirTemp("", "connect-eos-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	stamp := time.Now().Format("150405")
+	var produce, consume []*cell
+	for _, size := range o.sizes {
+		for _, iv := range o.intervals {
+			c := newCell(size, iv)
+			produce = append(produce, c)
+			for r := 0; r < o.runs; r++ {
+				for i := range produceContenders {
+					name := produceContenders[(i+r)%len(produceContenders)]
+					if name == cPP && o.skipJava {
+						continue
+					}
+					topic := fmt.Sprintf("bench-%s-%d-%s-%d-%s", slug(name), size, iv, r, stamp)
+					res, err := withTopic(ctx, adm, topic, o.partitions, func() (result, error) {
+						return runProduce(ctx, name, o, topic, size, iv)
+					})
+					c.record(name, r, o.runs, res, err)
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+				}
+			}
+		}
+	}
+	if !o.skipCons {
+		for _, size := range o.sizes {
+			c := newCell(size, 0)
+			consume = append(consume, c)
+			topic := fmt.Sprintf("bench-consume-%d-%s", size, stamp)
+			if err := createTopic(ctx, adm, topic, o.partitions); err != nil {
+				return err
+			}
+			// Filled transactionally (1 s epochs), so read_committed
+			// readers cross transaction markers: +slots warm-up records.
+			fillOpts := o
+			fillOpts.topic, fillOpts.size, fillOpts.interval = topic, size, time.Second
+			if _, err := runProbe(ctx, fillOpts, o.slots); err != nil {
+				return fmt.Errorf("filling %s: %w", topic, err)
+			}
+			total := o.records + o.slots
+			logf("filled %s with %d records of %d B", topic, total, size)
+			for r := 0; r < o.runs; r++ {
+				for i := range consumeContenders {
+					name := consumeContenders[(i+r)%len(consumeContenders)]
+					if name == cCP && o.skipJava {
+						continue
+					}
+					res, err := runConsume(ctx, name, o, topic, size, total, tmp)
+					c.record(name, r, o.runs, res, err)
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+				}
+			}
+			deleteTopic(adm, topic)
+		}
+	}
+
+	rep := report{opts: o, produce: produce, consume: consume, started: started, elapsed: time.Since(started)}
+	rep.machine = describeMachine(ctx, root)
+	md := rep.markdown()
+	fmt.Println(md)
+	if o.plot != "" {
+		if err := writePlot(o.plot, produce); err != nil {
+			logf("plot: %v", err)
+		} else {
+			logf("wrote %s", o.plot)
+		}
+	}
+	if o.out != "" {
+		if err := writeBlock(o.out, md); err != nil {
+			return err
+		}
+		logf("wrote %s", o.out)
+	}
+	return nil
+}
+
+func (c *cell) record(name string, round, runs int, res result, err error) {
+	if c.rounds[name] == nil {
+		c.rounds[name] = make([]*result, runs)
+	}
+	label := fmt.Sprintf("%s, %d B", name, c.size)
+	if c.interval > 0 {
+		label += ", " + c.interval.String()
+	}
+	if err != nil {
+		msg := fmt.Sprintf("round %d %s: %v", round+1, label, err)
+		c.errs = append(c.errs, msg)
+		logf("FAILED %s", msg)
+		return
+	}
+	c.rounds[name][round] = &res
+	logf("round %d %s: %.0f records/s (%.1f MB/s)", round+1, label, res.RecordsPerSec(), res.MBPerSec(c.size))
+}
+
+func runProduce(ctx context.Context, name string, o options, topic string, size int, iv time.Duration) (result, error) {
+	switch name {
+	case cEOS:
+		return childRun(ctx, "eos", o, topic, size, o.records, iv)
+	case cPlain:
+		return childRun(ctx, "plain", o, topic, size, o.records, iv)
+	case cProbe:
+		return childRun(ctx, "probe", o, topic, size, o.records, iv)
+	case cPP:
+		return runProducerPerf(ctx, o.brokers, topic, o.records, size, iv)
+	}
+	return result{}, fmt.Errorf("unknown contender %q", name)
+}
+
+func runConsume(ctx context.Context, name string, o options, topic string, size, total int, tmp string) (result, error) {
+	var r result
+	var err error
+	switch name {
+	case cNative:
+		r, err = childRun(ctx, "native", o, topic, size, total, 0)
+	case cRawC:
+		r, err = childRun(ctx, "rawconsume", o, topic, size, total, 0)
+	case cCP:
+		r, err = runConsumerPerf(ctx, o.brokers, topic, total, tmp)
+	default:
+		err = fmt.Errorf("unknown contender %q", name)
+	}
+	if err == nil && r.Bytes == 0 {
+		r.Bytes = r.Records * int64(size)
+	}
+	return r, err
+}
+
+func slug(name string) string {
+	return strings.NewReplacer(" ", "", "(", "", ")", "", "_", "").Replace(strings.ToLower(strings.Fields(name)[0]))
+}
+
+// withTopic runs fn on a fresh topic and deletes the topic afterwards (the
+// machine's disk is not the subject).
+func withTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int, fn func() (result, error)) (result, error) {
+	if err := createTopic(ctx, adm, topic, partitions); err != nil {
+		return result{}, err
+	}
+	defer deleteTopic(adm, topic)
+	return fn()
+}
+
+func createTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, int32(partitions), 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	for {
+		m, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if td, ok := m.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == partitions {
+				ready := true
+				for _, p := range td.Partitions {
+					ready = ready && p.Err == nil && p.Leader >= 0
+				}
+				if ready {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %s has no leaders: %w", topic, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func deleteTopic(adm *kadm.Client, topic string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.DeleteTopic(ctx, topic); err != nil {
+		logf("delete topic %s: %v", topic, err)
+	}
+}
+
+// brokerUp starts the bench broker with up.sh and returns its address.
+func brokerUp(ctx context.Context, root string) (string, error) {
+	logf("starting Apache Kafka: integration/kafka/up.sh --tv 2 --name bench")
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "integration/kafka/up.sh"), "--tv", "2", "--name", "bench")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("up.sh: %w", err)
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "KAFKA_BROKERS="); ok && v != "" {
+			return v, nil
+		}
+	}
+	return "", errors.New("up.sh printed no KAFKA_BROKERS= line")
+}
+
+func brokerDown(root string) {
+	cmd := exec.Command("bash", filepath.Join(root, "integration/kafka/down.sh"), "--name", "bench")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		logf("down.sh: %v", err)
+	}
+}
