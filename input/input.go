@@ -206,6 +206,7 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 			opts = append(opts, kgo.ConsumePartitions(consume))
 		}
 		opts = append(opts,
+			kgo.WithHooks(clientHooks{in.met}),
 			kgo.FetchIsolationLevel(iso),
 			// Markers take offsets: keep them so the position moves
 			// past them (they are dropped before emitting).

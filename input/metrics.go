@@ -1,9 +1,12 @@
 package input
 
 import (
+	"net"
 	"strconv"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // inputMetrics are the input's own metrics, next to the ones Benthos keeps
@@ -13,6 +16,11 @@ type inputMetrics struct {
 	position, committed, lag *service.MetricGauge
 	bytes, lost              *service.MetricCounter
 	commitsOK, commitsFailed *service.MetricCounter
+
+	// franz-go client metrics, from kgo hooks (cheap: counters only).
+	fetchBatches, fetchCompressed *service.MetricCounter
+	connects, connectErrors       *service.MetricCounter
+	throttleMs                    *service.MetricCounter
 }
 
 func newInputMetrics(m *service.Metrics) *inputMetrics {
@@ -28,7 +36,41 @@ func newInputMetrics(m *service.Metrics) *inputMetrics {
 		lost:          m.NewCounter("kafka_native_data_loss_records", "topic", "partition"),
 		commitsOK:     m.NewCounter("kafka_native_commits_succeeded"),
 		commitsFailed: m.NewCounter("kafka_native_commits_failed"),
+
+		fetchBatches:    m.NewCounter("kafka_native_client_fetch_batches", "topic"),
+		fetchCompressed: m.NewCounter("kafka_native_client_fetch_compressed_bytes", "topic"),
+		connects:        m.NewCounter("kafka_native_client_connects"),
+		connectErrors:   m.NewCounter("kafka_native_client_connect_errors"),
+		throttleMs:      m.NewCounter("kafka_native_client_throttle_ms"),
 	}
+}
+
+// clientHooks feeds franz-go's hooks into the metrics. Record batches are
+// counted as the broker sent them (markers and aborted batches included),
+// unlike kafka_native_bytes_in, which counts what reached the pipeline.
+type clientHooks struct{ m *inputMetrics }
+
+var (
+	_ kgo.HookFetchBatchRead = clientHooks{}
+	_ kgo.HookBrokerConnect  = clientHooks{}
+	_ kgo.HookBrokerThrottle = clientHooks{}
+)
+
+func (h clientHooks) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, _ int32, fm kgo.FetchBatchMetrics) {
+	h.m.fetchBatches.Incr(1, topic)
+	h.m.fetchCompressed.Incr(int64(fm.CompressedBytes), topic)
+}
+
+func (h clientHooks) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil {
+		h.m.connectErrors.Incr(1)
+		return
+	}
+	h.m.connects.Incr(1)
+}
+
+func (h clientHooks) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, _ bool) {
+	h.m.throttleMs.Incr(d.Milliseconds())
 }
 
 func pLabel(p tp) string { return strconv.Itoa(int(p.Partition)) }

@@ -135,6 +135,10 @@ kafka_native:
 	}
 	ok, _ := capture.get("kafka_native_commits_succeeded{,root.input}")
 	assert.Positive(t, ok)
+	batches, _ := capture.get("kafka_native_client_fetch_batches{,root.input," + topic + "}")
+	assert.Positive(t, batches, "franz-go hook metrics")
+	connects, _ := capture.get("kafka_native_client_connects{,root.input}")
+	assert.Positive(t, connects)
 	out := logs.String()
 	assert.Contains(t, out, "Reading 2 partitions")
 	assert.Contains(t, out, "Progress: ")

@@ -120,7 +120,7 @@ Errors that no retry fixes stop the stream with a non-zero exit: authentication 
 
 ### Metrics
 
-Besides the metrics Benthos keeps for every input: `+"`kafka_native_position`"+`, `+"`kafka_native_committed_offset`"+` and `+"`kafka_native_lag`"+` (gauges per `+"`topic`"+` and `+"`partition`"+`; lag is the records between the position and the stop, or the end of the log last seen when unbounded), `+"`kafka_native_bytes_in`"+` and `+"`kafka_native_data_loss_records`"+` (counters per partition), `+"`kafka_native_commits_succeeded`"+` and `+"`kafka_native_commits_failed`"+`. With a stop, the progress (offsets done of the total, rate, ETA) is logged every `+"`progress_log_interval`"+` and a summary at the end.
+Besides the metrics Benthos keeps for every input: `+"`kafka_native_position`"+`, `+"`kafka_native_committed_offset`"+` and `+"`kafka_native_lag`"+` (gauges per `+"`topic`"+` and `+"`partition`"+`; lag is the records between the position and the stop, or the end of the log last seen when unbounded), `+"`kafka_native_bytes_in`"+` and `+"`kafka_native_data_loss_records`"+` (counters per partition), `+"`kafka_native_commits_succeeded`"+` and `+"`kafka_native_commits_failed`"+`; from the franz-go client: `+"`kafka_native_client_fetch_batches`"+` and `+"`kafka_native_client_fetch_compressed_bytes`"+` (per topic, as sent by the brokers, markers and aborted batches included), `+"`kafka_native_client_connects`"+`, `+"`kafka_native_client_connect_errors`"+` and `+"`kafka_native_client_throttle_ms`"+`. With a stop, the progress (offsets done of the total, rate, ETA) is logged every `+"`progress_log_interval`"+` and a summary at the end.
 
 ### Metadata
 
