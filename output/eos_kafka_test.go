@@ -274,3 +274,18 @@ func TestKafkaStateCache(t *testing.T) {
 		_, _ = adm.DeleteTopic(ctx, stateTopic)
 	})
 }
+
+// SIGKILL of a real process at random points, on Apache Kafka.
+func TestKafkaKillNine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		stateTopic := env.txnID + "-state"
+		testKillNine(t, env.brokers, env.topic, env.txnID, stateTopic)
+		adm := kafkatest.Admin(t, strings.Join(env.brokers, ","))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopic(ctx, stateTopic)
+	})
+}
