@@ -95,10 +95,15 @@ func Spec() *service.ConfigSpec {
 Records are grouped into epochs. An epoch is one Kafka transaction holding one or
 more whole Benthos batches (a batch is never split across epochs); it closes when
 it reaches `+"`epoch.max_records`"+` or `+"`epoch.max_bytes`"+`, after
-`+"`epoch.interval`"+`, or when `+"`max_in_flight`"+` batches are waiting for it and
-its predecessors. Epochs commit in order; a batch is acknowledged only once its
-epoch has committed. If an epoch fails before its commit, it and every later
-epoch are aborted and their batches nacked.
+`+"`epoch.interval`"+`, or as soon as no earlier epoch is still committing (group
+commit: the batches that arrive while one epoch commits gather in the next one,
+which closes the moment its predecessor is settled). Epochs commit in order; a
+batch is acknowledged only once its epoch has committed. If an epoch fails before
+its commit, it and every later epoch are aborted and their batches nacked; an
+epoch whose commit outcome is unknown is never nacked nor aborted blindly: the
+output retries the commit with the same producer id and epoch, asks the
+coordinator, and if nothing is certain stops with an error (the next start
+resolves it).
 
 Transactions run on a pool of `+"`producer_pool_size`"+` transactional producers,
 the slots `+"`<transactional_id>-<n>`"+`. Each slot is initialised once and reused,
@@ -126,6 +131,25 @@ Benthos core's caches are in memory or unsynced files: with them, a crash of the
 machine loses the identity and an in-doubt epoch is left to the transaction
 timeout (it is then aborted, the input replays). Use the project's `+"`kafka_state`"+`
 cache for a durable identity.
+
+### Errors
+
+A record too large, or for a topic or partition that does not exist, aborts its
+epoch; its batch is nacked with an error naming the topic, partition and size
+(a per-message error for that record, the epoch's abort for the others).
+Authentication and authorization failures, and a fence by another producer, stop
+the pipeline (connect-eos exits non-zero). Our own transaction timing out is not
+a fence: the epoch is aborted, nacked and retried on a fresh producer.
+
+### Metrics
+
+`+"`kafka_eos_epochs_committed`"+`, `+"`kafka_eos_epochs_aborted`"+`,
+`+"`kafka_eos_epoch_commit_latency_ns`"+`, `+"`kafka_eos_epoch_boundary_stall_ns`"+` (time a
+batch waited for a producer slot before it could be produced),
+`+"`kafka_eos_records_produced`"+`, `+"`kafka_eos_bytes_produced`"+`,
+`+"`kafka_eos_buffered_bytes`"+`, `+"`kafka_eos_in_doubt_resolved`"+` (label `+"`outcome`"+`:
+resumed, found_committed, found_aborted, aborted, forced_committed,
+forced_aborted) and `+"`kafka_eos_fenced`"+`.
 `).
 		Fields(kafkaconf.Fields()...).
 		Fields(
