@@ -314,6 +314,22 @@ func describeBlocking(ctx context.Context, adm *kadm.Client, blocked []*partPlan
 		set[pp.Topic][pp.Partition] = struct{}{}
 	}
 	described, err := adm.DescribeProducers(ctx, set)
+	// Name the transactional.id of each blocking producer, which is what an
+	// operator can act on (kafka-transactions.sh abort / find-hanging).
+	txnIDs := map[int64]string{}
+	if err == nil {
+		var pids []int64
+		described.EachProducer(func(d kadm.DescribedProducer) {
+			if d.CurrentTxnStartOffset >= 0 {
+				pids = append(pids, d.ProducerID)
+			}
+		})
+		if len(pids) > 0 {
+			if listed, lerr := adm.ListTransactions(ctx, pids, nil); lerr == nil {
+				listed.Each(func(lt kadm.ListedTransaction) { txnIDs[lt.ProducerID] = lt.TxnID })
+			}
+		}
+	}
 	var out []string
 	for _, pp := range blocked {
 		s := fmt.Sprintf("%s below stop %d", pp.tp, pp.stop)
@@ -324,7 +340,11 @@ func describeBlocking(ctx context.Context, adm *kadm.Client, blocked []*partPlan
 				}
 				dp.ActiveProducers.Each(func(d kadm.DescribedProducer) {
 					if d.CurrentTxnStartOffset >= 0 && d.CurrentTxnStartOffset < pp.stop {
-						s += fmt.Sprintf(" (producer id %d epoch %d, transaction open since offset %d)", d.ProducerID, d.ProducerEpoch, d.CurrentTxnStartOffset)
+						id := ""
+						if tid, ok := txnIDs[d.ProducerID]; ok {
+							id = fmt.Sprintf("transactional.id %q, ", tid)
+						}
+						s += fmt.Sprintf(" (%sproducer id %d epoch %d, transaction open since offset %d)", id, d.ProducerID, d.ProducerEpoch, d.CurrentTxnStartOffset)
 					}
 				})
 			})

@@ -29,6 +29,7 @@ var scenarios = []struct {
 	{"OpenTxnAtTailLSO", scenarioOpenTxnAtTailLSO},
 	{"OpenTxnAtTailHWMWaitTimeout", scenarioOpenTxnAtTailHWMWaitTimeout},
 	{"OpenTxnAtTailHWMWaitCommits", scenarioOpenTxnAtTailHWMWaitCommits},
+	{"OpenTxnAtTailHWMWaitAborts", scenarioOpenTxnAtTailHWMWaitAborts},
 	{"LogStartPastStopWhileIdle", scenarioLogStartPastStopWhileIdle},
 	{"LogStartPastStopWhileIdleProbe", scenarioLogStartPastStopProbe},
 	{"LogStartPastStopResetNone", scenarioLogStartPastStopResetNone},
@@ -219,6 +220,9 @@ high_watermark_wait_timeout: 1s
 	var ot *OpenTransactionError
 	require.ErrorAs(t, err, &ot)
 	assert.Contains(t, err.Error(), topic+":0 below stop 4")
+	// The error names the blocking producer and its transactional.id.
+	assert.Contains(t, err.Error(), "transaction open since offset 2")
+	assert.Contains(t, err.Error(), `transactional.id "txn-`)
 	select {
 	case ferr := <-h.fatal:
 		assert.ErrorAs(t, ferr, &ot)
@@ -228,6 +232,16 @@ high_watermark_wait_timeout: 1s
 }
 
 func scenarioOpenTxnAtTailHWMWaitCommits(t *testing.T, e *env) {
+	hwmWait(t, e, true)
+}
+
+// The open transaction aborts during the wait: its records are below the
+// stop (the high watermark captured at start), its marker above it.
+func scenarioOpenTxnAtTailHWMWaitAborts(t *testing.T, e *env) {
+	hwmWait(t, e, false)
+}
+
+func hwmWait(t *testing.T, e *env, commit bool) {
 	topic := e.topic(t, 1)
 	e.produce(t, topic, 0, vals("a", 2)...)
 	x := e.beginTxn(t)
@@ -240,11 +254,15 @@ high_watermark_wait_timeout: 20s
 `, topic))
 	go func() {
 		time.Sleep(500 * time.Millisecond)
-		x.end(true)
+		x.end(commit)
 	}()
 	h.mustConnect()
 	e.produce(t, topic, 0, []byte("late"))
-	assert.Equal(t, []string{"a0", "a1", "t0", "t1"}, values(h.readAll(readTimeout)))
+	want := []string{"a0", "a1"}
+	if commit {
+		want = append(want, "t0", "t1")
+	}
+	assert.Equal(t, want, values(h.readAll(readTimeout)))
 }
 
 // deleteRecords moves the log start of a partition to at.
