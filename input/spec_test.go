@@ -144,3 +144,56 @@ func TestExampleConfigsLint(t *testing.T) {
 		})
 	}
 }
+
+// A bounded read through a stream with concurrent processing and an output
+// that rejects a third of its writes: every record arrives at least once,
+// the stream still ends, and the group's offsets are the stops.
+func TestStreamWithRejectsAndConcurrency(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 3)
+	total := 0
+	for p := int32(0); p < 3; p++ {
+		e.produce(t, topic, p, vals(fmt.Sprintf("p%d-", p), 60)...)
+		total += 60
+	}
+	group := uniq(t, "g")
+	b := service.NewStreamBuilder()
+	require.NoError(t, b.SetLoggerYAML("level: none"))
+	b.SetThreads(4)
+	require.NoError(t, b.AddInputYAML(fmt.Sprintf(`
+kafka_native:
+  seed_brokers: [ %s ]
+  topics: [ %s ]
+  consumer_group: %s
+  stop_offset: latest
+  max_batch_records: 4
+  commit_period: 10ms
+`, strings.Join(e.brokers, ","), topic, group)))
+	var (
+		mu    sync.Mutex
+		seen  = map[string]int{}
+		calls int
+	)
+	require.NoError(t, b.AddBatchConsumerFunc(func(_ context.Context, mb service.MessageBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls%3 == 0 {
+			return fmt.Errorf("rejected write %d", calls)
+		}
+		for _, m := range mb {
+			v, _ := m.AsBytes()
+			seen[string(v)]++
+		}
+		return nil
+	}))
+	s, err := b.Build()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.NoError(t, s.Run(ctx))
+	assert.Len(t, seen, total)
+	for p := int32(0); p < 3; p++ {
+		assert.Equal(t, int64(60), e.committed(t, group, topic, p))
+	}
+}
