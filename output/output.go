@@ -60,7 +60,14 @@ type output struct {
 	inFlight  int      // batches in live epochs
 	stopErr   error    // set once the output stops (fatal, crash, close)
 	closing   bool
+	// inDoubtAttempts counts Connect attempts that found an in-doubt epoch
+	// nothing identifies.
+	inDoubtAttempts int
 }
+
+// inDoubtAttempts is how many Connect attempts recovery waits for an unknown
+// in-doubt epoch to become identifiable before it stops the pipeline.
+const inDoubtAttempts = 5
 
 func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*output, error) {
 	c, err := configFromParsed(conf, res)
@@ -110,10 +117,19 @@ func (o *output) connectLocked(ctx context.Context) error {
 	if err != nil {
 		var ide *InDoubtError
 		if errors.As(err, &ide) {
-			o.log.Errorf("%v", err)
+			// UNKNOWN never defaults to aborted. Wait (Benthos retries
+			// Connect with a backoff: the coordinator may still be
+			// writing markers, a broker may be down), then stop with an
+			// error an operator can act on (recovery_override).
+			o.inDoubtAttempts++
+			o.log.Errorf("%v (attempt %d of %d)", err, o.inDoubtAttempts, inDoubtAttempts)
+			if o.inDoubtAttempts >= inDoubtAttempts {
+				return fatal.Raise(err)
+			}
 		}
 		return err
 	}
+	o.inDoubtAttempts = 0
 	slots := make([]*slot, o.conf.poolSize)
 	for n := range slots {
 		id := txnstate.SlotID(o.conf.transactionalID, n)

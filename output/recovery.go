@@ -116,6 +116,11 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 				rec.openOrphans = append(rec.openOrphans, n)
 			}
 		case txnstate.ResumeCommit:
+			// The decision first (the state stays PREPARED: a crash
+			// before the EndTxn resumes again).
+			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Prepared, "resume-commit decided at restart")); err != nil {
+				return rec, err
+			}
 			res, err := o.rawEndTxn(ctx, d.Record)
 			if res != txnstate.RetryOK {
 				return rec, &InDoubtError{TransactionalID: d.Record.TransactionalID, Epoch: d.Record.Epoch, ProducerID: d.Record.ProducerID, ProducerEpoch: d.Record.ProducerEpoch, Detail: fmt.Sprintf("resuming the commit failed: %v", err)}

@@ -2,6 +2,7 @@ package output
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/connect-eos/connect-eos/internal/fatal"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -168,5 +170,58 @@ func testTwoInDoubt(t *testing.T, brokers []string, topic, txnID string) {
 	}
 	if one != 2 || two != 0 {
 		t.Fatalf("visible one=%d two=%d, want 2/0", one, two)
+	}
+}
+
+// An in-doubt epoch that neither DescribeTransactions nor the Fetch probe
+// identifies (its records are gone) never defaults to aborted: Connect fails
+// with an error naming the epoch and the id, then stops the pipeline; the
+// operator's recovery_override lets it start.
+func TestUnknownInDoubtStopsThenOverride(t *testing.T) {
+	var raised error
+	restore := fatal.SetHandler(func(err error) { raised = err })
+	defer restore()
+	c := newCluster(t)
+	res := newResources()
+	yaml := baseYAML(c.ListenAddrs(), "app", "")
+	ghost := txnstate.Record{
+		Format: txnstate.FormatVersion, TransactionalID: "app-1", Epoch: 7, ProducerID: 424242, ProducerEpoch: 3,
+		TxnVersion: txnstate.TV2, State: txnstate.Prepared,
+		Partitions: []txnstate.PartitionWrite{{Topic: testTopic, Partition: 0, FirstOffset: 1000, ProducerID: 424242}},
+	}
+	store := &stateStore{res: res, cache: "state", prefix: "app"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := store.writeSlot(ctx, 1, ghost); err != nil {
+		t.Fatal(err)
+	}
+	o := newUnconnected(t, res, yaml)
+	for i := 1; i <= inDoubtAttempts; i++ {
+		err := o.Connect(ctx)
+		var ide *InDoubtError
+		if !errors.As(err, &ide) || ide.Epoch != 7 || ide.TransactionalID != "app-1" {
+			t.Fatalf("attempt %d: %v, want an InDoubtError for epoch 7 of app-1", i, err)
+		}
+		isFatal := errors.As(err, new(*fatal.Error))
+		if isFatal != (i == inDoubtAttempts) {
+			t.Fatalf("attempt %d: fatal=%v", i, isFatal)
+		}
+	}
+	if raised == nil {
+		t.Fatal("not raised")
+	}
+	if r, _ := slotRecord(t, o, 1); r.State != txnstate.Prepared {
+		t.Fatalf("an unknown epoch was decided: %+v", r)
+	}
+
+	b := newTestOutput(t, res, yaml+"recovery_override: force_aborted\n")
+	if r, _ := slotRecord(t, b, 1); r.State != txnstate.Aborted || !strings.Contains(r.Reason, "operator") {
+		t.Fatalf("after the override: %+v", r)
+	}
+	if b.m.tally.get(metricInDoubtResolved+"/"+outcomeForcedAborted) != 1 {
+		t.Fatal("in-doubt metric")
+	}
+	if b.nextEpoch != 8 {
+		t.Fatalf("next epoch %d, want 8", b.nextEpoch)
 	}
 }
