@@ -3,13 +3,40 @@
 # for integration tests, and prints one line, KAFKA_BROKERS=127.0.0.1:PORT, on
 # stdout (everything else goes to stderr), so a Makefile can eval it.
 #
-#   up.sh [--tv 0|2] [--name NAME]
+#   up.sh [--tv 0|2] [--name NAME] [--no-sasl-ssl]
 #
 #   --tv    the finalized transaction.version the cluster is formatted with:
 #           0 = classic transactions, 2 = KIP-890 (epoch bump on every EndTxn).
 #           Default 2.
 #   --name  names the broker (state dir ${TMPDIR:-/tmp}/connect-eos-kafka-NAME);
-#           default tv<N>. If that broker already runs, its address is printed again.
+#           default tv<N>. If that broker already runs, its lines are printed again.
+#   --no-sasl-ssl  only the PLAINTEXT listener (no TLS material, no authorizer).
+#
+# Secured listener (on by default; integration/security_test.go, docs/security.md):
+# a second client listener SASL_SSL on another free port, with a throwaway CA and
+# broker certificate made with openssl in $STATE/tls (ca.pem for clients, a PKCS12
+# keystore broker.p12 for the broker), SASL mechanisms PLAIN, SCRAM-SHA-256 and
+# SCRAM-SHA-512, and three users with random passwords (the same password for
+# every mechanism; SCRAM credentials made at format time, PLAIN ones in the
+# listener's JAAS config):
+#   admin  super user
+#   alice  allowed: the ACLs below on the prefix "sec-" (topics, groups, transactional ids)
+#   bob    authenticates, has no ACL (tests grant him all but one, see security_test.go)
+# The StandardAuthorizer is on, with super.users admin and ANONYMOUS: the
+# PLAINTEXT listener (and inter-broker/controller traffic, also PLAINTEXT)
+# authenticate nobody, so they act as ANONYMOUS and every other test runs as
+# before. The extra stdout lines (after KAFKA_BROKERS=), also kept in
+# $STATE/security.env:
+#   KAFKA_SASL_SSL_BROKERS=127.0.0.1:PORT2
+#   KAFKA_CA_FILE=$STATE/tls/ca.pem
+#   KAFKA_SASL_ADMIN=admin:PASSWORD
+#   KAFKA_SASL_ALLOWED=alice:PASSWORD
+#   KAFKA_SASL_DENIED=bob:PASSWORD
+#   KAFKA_SASL_ACL_PREFIX=sec-
+# alice's ACLs (AclCommand at start, all PREFIXED on "sec-"; the least the
+# exactly-once copy with the kafka_state cache needs, see docs/security.md):
+# topic Read, Write, Create, DescribeConfigs; group Read; transactional-id Write
+# (Read and Write imply Describe).
 #
 # Stop it with down.sh --name NAME (or down.sh --all). See lib.sh for the knobs
 # (KAFKA_VERSION, cache dir); KAFKA_HEAP (default -Xmx512m -Xms128m) and
@@ -19,12 +46,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 TV=2
 NAME=
+SECURE=1
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--tv) TV=${2:?--tv needs 0 or 2} && shift 2 ;;
 	--name) NAME=${2:?--name needs a value} && shift 2 ;;
+	--no-sasl-ssl) SECURE=0 && shift ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2 && exit 0 ;;
-	*) die "unknown argument $1 (usage: up.sh [--tv 0|2] [--name NAME])" ;;
+	*) die "unknown argument $1 (usage: up.sh [--tv 0|2] [--name NAME] [--no-sasl-ssl])" ;;
 	esac
 done
 [[ $TV == 0 || $TV == 2 ]] || die "--tv must be 0 or 2, not $TV"
@@ -39,6 +68,7 @@ ensure_libs
 if [[ -n $(owned_pid "$STATE") && -f $STATE/brokers ]]; then
 	log "broker $NAME already running (pid $(owned_pid "$STATE"))"
 	echo "KAFKA_BROKERS=$(<"$STATE/brokers")"
+	[[ ! -f $STATE/security.env ]] || cat "$STATE/security.env"
 	exit 0
 fi
 rm -rf "$STATE"
@@ -79,6 +109,86 @@ trap 'failed_at=$LINENO' ERR
 trap 'fail "up.sh ${failed_at:+failed at line }${failed_at:-interrupted}"' EXIT
 trap 'exit 1' INT TERM HUP # run the EXIT trap on signals too
 
+# The secured listener's users, with passwords made once per up.sh run.
+declare -A PASSWORDS
+for u in admin alice bob; do
+	PASSWORDS[$u]=$(openssl rand -hex 16)
+done
+KS_PASSWORD=$(openssl rand -hex 16)
+ACL_PREFIX=sec-
+
+# make_tls writes a throwaway CA and a broker certificate for 127.0.0.1 and
+# localhost into $STATE/tls: ca.pem (the CA clients trust), broker.p12 (the
+# broker's key and chain, PKCS12, password KS_PASSWORD). EC P-256 keys, valid
+# 30 days; openssl only, so it costs no JVM start.
+make_tls() {
+	local d=$STATE/tls
+	mkdir -p "$d"
+	command -v openssl >/dev/null || apt_install openssl
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+		-keyout "$d/ca.key" -out "$d/ca.pem" -subj "/CN=connect-eos throwaway test CA" \
+		-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+		>"$d/openssl.out" 2>&1
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+		-keyout "$d/broker.key" -out "$d/broker.csr" -subj "/CN=localhost" >>"$d/openssl.out" 2>&1
+	printf '%s\n' 'subjectAltName=IP:127.0.0.1,DNS:localhost' 'basicConstraints=critical,CA:FALSE' \
+		'keyUsage=critical,digitalSignature,keyEncipherment' 'extendedKeyUsage=serverAuth' >"$d/broker.ext"
+	openssl x509 -req -in "$d/broker.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+		-days 30 -extfile "$d/broker.ext" -out "$d/broker.pem" >>"$d/openssl.out" 2>&1
+	openssl pkcs12 -export -in "$d/broker.pem" -inkey "$d/broker.key" -certfile "$d/ca.pem" \
+		-name broker -out "$d/broker.p12" -passout "pass:$KS_PASSWORD" >>"$d/openssl.out" 2>&1
+	rm -f "$d/broker.csr" "$d/broker.ext" "$d/ca.srl"
+	chmod 600 "$d"/*.key "$d/broker.p12"
+}
+
+# secure_properties prints the server.properties lines of the SASL_SSL listener
+# and the authorizer.
+secure_properties() {
+	local jaas='org.apache.kafka.common.security.plain.PlainLoginModule required' u
+	for u in admin alice bob; do
+		jaas+=" user_$u=\"${PASSWORDS[$u]}\""
+	done
+	cat <<-EOF
+		# SASL_SSL listener (up.sh without --no-sasl-ssl): TLS with a throwaway CA,
+		# SASL PLAIN and SCRAM; inter-broker and controller traffic stay PLAINTEXT.
+		listener.name.sasl_ssl.ssl.keystore.type=PKCS12
+		listener.name.sasl_ssl.ssl.keystore.location=$STATE/tls/broker.p12
+		listener.name.sasl_ssl.ssl.keystore.password=$KS_PASSWORD
+		listener.name.sasl_ssl.ssl.key.password=$KS_PASSWORD
+		listener.name.sasl_ssl.ssl.client.auth=none
+		listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+		listener.name.sasl_ssl.plain.sasl.jaas.config=$jaas;
+		listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+		listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+		# ACLs are enforced. PLAINTEXT connections are ANONYMOUS: a super user, so
+		# every test on the PLAINTEXT listener runs as without an authorizer.
+		authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+		super.users=User:admin;User:ANONYMOUS
+		allow.everyone.if.no.acl.found=false
+	EOF
+}
+
+# grant_acls gives alice the ACLs of the exactly-once copy on everything named
+# with ACL_PREFIX (three AclCommand runs at once, over PLAINTEXT as ANONYMOUS).
+grant_acls() {
+	local bs=$1 pids=() p rc=0
+	local common=(--bootstrap-server "$bs" --add --force --allow-principal User:alice --resource-pattern-type prefixed)
+	bash "$KAFKA_DIR/tool.sh" AclCommand "${common[@]}" --topic "$ACL_PREFIX" \
+		--operation Read --operation Write --operation Create --operation DescribeConfigs \
+		>"$STATE/acl-topic.out" 2>&1 &
+	pids+=($!)
+	bash "$KAFKA_DIR/tool.sh" AclCommand "${common[@]}" --group "$ACL_PREFIX" \
+		--operation Read >"$STATE/acl-group.out" 2>&1 &
+	pids+=($!)
+	bash "$KAFKA_DIR/tool.sh" AclCommand "${common[@]}" --transactional-id "$ACL_PREFIX" \
+		--operation Write >"$STATE/acl-txn.out" 2>&1 &
+	pids+=($!)
+	for p in "${pids[@]}"; do
+		wait "$p" || rc=1
+	done
+	[[ $rc == 0 ]] || fail "AclCommand failed: $(cat "$STATE"/acl-*.out)"
+}
+
 # start_once writes the config, formats storage and starts the JVM with fresh
 # ports. Sets RETRY=1 if a port was taken between picking and binding.
 start_once() {
@@ -89,14 +199,24 @@ start_once() {
 	port=$(pick_port)
 	cport=$(pick_port "$port")
 
-	# Listeners. The SASL_SSL listener (security issue) goes here: pick a third
-	# port, append SASL_SSL://127.0.0.1:$sport to listeners and advertised,
-	# SASL_SSL:SASL_SSL to protocol_map, its ssl.* / sasl.* / listener.name.sasl_ssl.*
-	# settings to extra (SCRAM users: StorageTool format --add-scram), and print a KAFKA_BROKERS_SASL_SSL= line next to KAFKA_BROKERS= below.
 	local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport"
 	local advertised="PLAINTEXT://127.0.0.1:$port"
 	local protocol_map="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-	local extra=""
+	local extra="" scram=()
+	SPORT=
+	if [[ $SECURE == 1 ]]; then
+		SPORT=$(pick_port "$port" "$cport")
+		listeners+=",SASL_SSL://127.0.0.1:$SPORT"
+		advertised+=",SASL_SSL://127.0.0.1:$SPORT"
+		protocol_map+=",SASL_SSL:SASL_SSL"
+		make_tls
+		extra=$(secure_properties)
+		local u
+		for u in admin alice bob; do
+			scram+=(--add-scram "SCRAM-SHA-256=[name=$u,password=${PASSWORDS[$u]}]"
+				--add-scram "SCRAM-SHA-512=[name=$u,password=${PASSWORDS[$u]}]")
+		done
+	fi
 
 	cat >"$STATE/server.properties" <<-EOF
 		# Written by integration/kafka/up.sh --tv $TV --name $NAME (Kafka $KAFKA_VERSION)
@@ -135,7 +255,7 @@ start_once() {
 	local id
 	id=$(kafka_java kafka.tools.StorageTool random-uuid)
 	kafka_java kafka.tools.StorageTool format --standalone -t "$id" -c "$STATE/server.properties" \
-		--feature "transaction.version=$TV" >"$STATE/format.out" 2>&1 ||
+		--feature "transaction.version=$TV" "${scram[@]}" >"$STATE/format.out" 2>&1 ||
 		fail "formatting storage failed: $(cat "$STATE/format.out")"
 
 	# shellcheck disable=SC2086 # KAFKA_HEAP holds several JVM flags
@@ -147,6 +267,7 @@ start_once() {
 	PID=$!
 	echo "$PID" >"$STATE/pid"
 	echo "127.0.0.1:$port" >"$STATE/brokers"
+	[[ -z $SPORT ]] || echo "127.0.0.1:$SPORT" >"$STATE/brokers-sasl-ssl"
 	ln -sf logs/server.log "$STATE/server.log"
 	log "started broker $NAME pid $PID on 127.0.0.1:$port (controller $cport), transaction.version=$TV, Kafka $KAFKA_VERSION"
 
@@ -188,5 +309,20 @@ level=$(awk '$1 == "Feature:" && $2 == "transaction.version" {
 [[ ${level:-0} == "$TV" ]] || fail "finalized transaction.version is ${level:-unset}, want $TV: $(cat "$STATE/features.out")"
 log "broker $NAME ready: $(grep -h 'transaction.version' "$STATE/features.out" | tr -s '\t ' ' ')"
 
+if [[ $SECURE == 1 ]]; then
+	grant_acls "$(<"$STATE/brokers")"
+	cat >"$STATE/security.env" <<-EOF
+		KAFKA_SASL_SSL_BROKERS=$(<"$STATE/brokers-sasl-ssl")
+		KAFKA_CA_FILE=$STATE/tls/ca.pem
+		KAFKA_SASL_ADMIN=admin:${PASSWORDS[admin]}
+		KAFKA_SASL_ALLOWED=alice:${PASSWORDS[alice]}
+		KAFKA_SASL_DENIED=bob:${PASSWORDS[bob]}
+		KAFKA_SASL_ACL_PREFIX=$ACL_PREFIX
+	EOF
+	chmod 600 "$STATE/security.env"
+	log "SASL_SSL listener on $(<"$STATE/brokers-sasl-ssl") (CA $STATE/tls/ca.pem, users admin, alice, bob)"
+fi
+
 trap - EXIT
 echo "KAFKA_BROKERS=$(<"$STATE/brokers")"
+[[ ! -f $STATE/security.env ]] || cat "$STATE/security.env"
