@@ -3,13 +3,16 @@ package output
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/connect-eos/connect-eos/txnstate"
 )
@@ -226,5 +229,34 @@ func TestCloseReleasesWaiters(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("WriteBatch still blocked after Close")
+	}
+}
+
+// Each slot's client is initialised once, at Connect, and reused for every
+// epoch it carries: no InitProducerID at epoch boundaries.
+func TestSlotsInitialisedOnce(t *testing.T) {
+	c := newCluster(t)
+	var inits atomic.Int64
+	c.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		inits.Add(1)
+		return nil, nil, false
+	})
+	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", "producer_pool_size: 3\n"))
+	if got := inits.Load(); got != 3 {
+		t.Fatalf("%d InitProducerID at Connect, want 3 (one per slot)", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 20 {
+		if err := o.WriteBatch(ctx, batchOf(fmt.Sprintf("e%d", i), 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.nextEpoch != 21 {
+		t.Fatalf("%d epochs, want 20", o.nextEpoch-1)
+	}
+	if got := inits.Load(); got != 3 {
+		t.Fatalf("%d InitProducerID after 20 epochs, want still 3", got)
 	}
 }
