@@ -14,6 +14,8 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/connect-eos/connect-eos/internal/docgen"
 )
 
 func TestSpecLintRules(t *testing.T) {
@@ -195,5 +197,17 @@ kafka_native:
 	assert.Len(t, seen, total)
 	for p := int32(0); p < 3; p++ {
 		assert.Equal(t, int64(60), e.committed(t, group, topic, p))
+	}
+}
+
+// The docs generator (internal/docgen) renders this input's reference from
+// the spec without error once the binary registers it.
+func TestSpecRendersDocs(t *testing.T) {
+	docs, err := docgen.Render(service.GlobalEnvironment())
+	require.NoError(t, err)
+	md, ok := docs["inputs/kafka_native.md"]
+	require.True(t, ok)
+	for _, want := range []string{"stop_offset", "group_membership", "kafka_tombstone_message", "seed_brokers", "Bounded copy of a topic"} {
+		assert.Contains(t, string(md), want)
 	}
 }
