@@ -1,8 +1,16 @@
 package input
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"math/big"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,6 +91,7 @@ func TestDeniedTopicACLIsFatal(t *testing.T) {
 	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nstop_offset: latest\n", topic)+saslConf("reader", "pw"))
 	err := h.connect()
 	requireFatal(t, h, err, kerr.TopicAuthorizationFailed)
+	assert.Contains(t, err.Error(), topic, "the error names the topic")
 }
 
 // Describe allowed (metadata and offset listings pass the preflight), Read
@@ -235,4 +244,66 @@ func TestCloseDuringConnect(t *testing.T) {
 	}
 	assert.Less(t, time.Since(start), 2*time.Second)
 	assert.NoError(t, fatal.Err())
+}
+
+// Describe on the group lets OffsetFetch pass, but committing needs Read: the
+// preflight fails first instead of the final commit of a finished run.
+func TestGroupWithoutReadACLIsFatalAtStart(t *testing.T) {
+	e := newSASLEnv(t, kfake.User("PLAIN", "reader", "pw",
+		kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: "t-", Pattern: kmsg.ACLResourcePatternTypePrefixed, Operation: kmsg.ACLOperationAll, Allow: true},
+		kfake.ACL{Resource: kmsg.ACLResourceTypeGroup, Name: "g", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationDescribe, Allow: true},
+	))
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	// kfake leaves DescribeGroups' authorized operations out; answer as
+	// Kafka does for a client with Describe only (KIP-430 bitfield).
+	e.fake.ControlKey(kmsg.DescribeGroups.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		e.fake.KeepControl()
+		req := kreq.(*kmsg.DescribeGroupsRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
+		for _, g := range req.Groups {
+			rg := kmsg.NewDescribeGroupsResponseGroup()
+			rg.Group = g
+			rg.State = "Dead"
+			rg.AuthorizedOperations = 1 << int(kmsg.ACLOperationDescribe)
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp, nil, true
+	})
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: g\nstop_offset: latest\n", topic)+saslConf("reader", "pw"))
+	err := h.connect()
+	requireFatal(t, h, err, kerr.GroupAuthorizationFailed)
+	assert.Contains(t, err.Error(), "group g")
+	assert.Contains(t, err.Error(), "Read ACL")
+}
+
+// selfSignedTLS returns a server TLS config with a certificate no client
+// trusts.
+func selfSignedTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "kfake"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+}
+
+func TestUntrustedBrokerCertificateIsFatal(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.TLS(selfSignedTLS(t)))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	e := &env{brokers: c.ListenAddrs()}
+	h := e.newInput(t, "topics: [ t ]\ntls: { enabled: true }\nconnect_timeout: 5s\n")
+	err = h.connect()
+	requireFatal(t, h, err, nil)
+	assert.Contains(t, err.Error(), "certificate signed by unknown authority")
 }

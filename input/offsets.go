@@ -81,7 +81,9 @@ func (c *config) list(ctx context.Context, adm *kadm.Client) (*listing, []tp, er
 	l := &listing{}
 	var err error
 	if l.meta, err = adm.Metadata(ctx, c.topicOrder...); err != nil {
-		return nil, nil, fmt.Errorf("metadata: %w", err)
+		// kadm turns a topic's TOPIC_AUTHORIZATION_FAILED into an
+		// error for the whole request, without the topic: name them.
+		return nil, nil, fmt.Errorf("metadata of topics %s: %w", strings.Join(c.topicOrder, ", "), err)
 	}
 	parts, err := c.partitionsOf(l.meta)
 	if err != nil {
@@ -113,8 +115,48 @@ func (c *config) list(ctx context.Context, adm *kadm.Client) (*listing, []tp, er
 		if err = l.committed.Error(); err != nil {
 			return nil, nil, fmt.Errorf("fetching the committed offsets of group %s: %w", c.group, err)
 		}
+		if err = checkGroupRead(ctx, adm, c.group); err != nil {
+			return nil, nil, err
+		}
 	}
 	return l, parts, nil
+}
+
+// checkGroupRead fails when the client may not commit the group's offsets.
+// OffsetFetch needs only Describe on the group and OffsetCommit needs Read,
+// so without this check a bounded run with Describe alone would read
+// everything and fail at its final commit. DescribeGroups reports the
+// operations the client is allowed on the group (KIP-430); a broker that
+// omits them, or a failed describe, skips the check (the commit then reports
+// the error).
+func checkGroupRead(ctx context.Context, adm *kadm.Client, group string) error {
+	described, err := adm.DescribeGroups(ctx, group)
+	if err != nil {
+		if isFatal(err) {
+			return fmt.Errorf("describing group %s: %w", group, err)
+		}
+		return nil
+	}
+	dg, ok := described[group]
+	if !ok {
+		return nil
+	}
+	if dg.Err != nil {
+		if isFatal(dg.Err) {
+			return fmt.Errorf("describing group %s: %w", group, dg.Err)
+		}
+		return nil
+	}
+	if len(dg.AuthorizedOperations) == 0 {
+		return nil
+	}
+	for _, op := range dg.AuthorizedOperations {
+		if op == kadm.OpRead || op == kadm.OpAll {
+			return nil
+		}
+	}
+	return fmt.Errorf("group %s: this client may not commit its offsets (the Read ACL on the group is missing; it has %v): %w",
+		group, dg.AuthorizedOperations, kerr.GroupAuthorizationFailed)
 }
 
 // listOK folds the per-partition errors of a listing into its error.
