@@ -3,8 +3,16 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,7 +42,9 @@ const exitFatal = 3
 // line, error or `connect-eos echo` output.
 func TestSecurity(t *testing.T) {
 	s := kafkatest.SecureBroker(t)
-	h := &secHarness{s: s, bin: kafkatest.Binary(t)}
+	h := &secHarness{s: s, bin: kafkatest.Binary(t), token: unsecuredJWT(s.Allowed.Name)}
+	h.badCert, h.badKey = selfSignedClientCert(t)
+	t.Run("Fatal", func(t *testing.T) { h.fatalRuns(t, fatalCases(h)) })
 
 	t.Run("AllowedUserACLs", func(t *testing.T) { testAllowedUserACLs(t, h) })
 	t.Run("Copy", func(t *testing.T) {
@@ -53,8 +63,19 @@ func TestSecurity(t *testing.T) {
 			t.Parallel()
 			h.copyRun(t, secConn{user: s.Allowed, mech: "SCRAM-SHA-256"}, nil)
 		})
+		// A static token: up.sh's listener validates OAUTHBEARER with Kafka's
+		// unsecured validator, so an unsigned JWT with sub=alice is alice.
+		t.Run("OAUTHBEARER", func(t *testing.T) {
+			t.Parallel()
+			h.copyRun(t, secConn{user: s.Allowed, mech: "OAUTHBEARER", token: h.token}, nil)
+		})
+		// mTLS on up.sh's SSL listener: no SASL, the client certificate
+		// (CN=alice) is the identity, with alice's ACLs.
+		t.Run("mTLS", func(t *testing.T) {
+			t.Parallel()
+			h.copyRun(t, secConn{user: s.Allowed, mech: "none", brokers: s.MTLSBrokers, certFile: s.ClientCertFile, keyFile: s.ClientKeyFile}, nil)
+		})
 	})
-	t.Run("Fatal", func(t *testing.T) { h.fatalRuns(t, fatalCases(s)) })
 	t.Run("EchoRedacts", func(t *testing.T) { testEchoRedacts(t, h) })
 	t.Run("NoSecretInLogs", func(t *testing.T) { h.checkNoSecrets(t) })
 }
@@ -64,6 +85,11 @@ func TestSecurity(t *testing.T) {
 type secHarness struct {
 	s   *kafkatest.Secure
 	bin string
+	// token is an unsigned JWT for the allowed user (OAUTHBEARER).
+	token string
+	// badCert and badKey are a self-signed client certificate the
+	// listener cannot verify.
+	badCert, badKey string
 
 	mu   sync.Mutex
 	logs []secLog
@@ -76,13 +102,17 @@ type secLog struct {
 
 // secConn is how one component connects.
 type secConn struct {
-	user kafkatest.User
-	mech string // PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER
+	// brokers overrides the SASL_SSL listener (the mTLS one).
+	brokers string
+	user    kafkatest.User
+	mech    string // none, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER
 	// token for OAUTHBEARER.
 	token string
 	// noCA leaves tls.root_cas_file out: the system roots do not know the
 	// throwaway CA.
 	noCA bool
+	// certFile and keyFile, if set, are a client certificate (mTLS).
+	certFile, keyFile string
 }
 
 // secNames are the resources of one run.
@@ -244,15 +274,23 @@ func (h *secHarness) setup(t *testing.T, n secNames) []string {
 func (h *secHarness) config(n secNames, in, out, cache secConn) string {
 	conn := func(c secConn) string {
 		var b strings.Builder
-		fmt.Fprintf(&b, "    seed_brokers: [ %q ]\n", h.s.Brokers)
-		if c.noCA {
-			b.WriteString("    tls: { enabled: true }\n")
-		} else {
-			fmt.Fprintf(&b, "    tls: { enabled: true, root_cas_file: %q }\n", h.s.CAFile)
+		brokers := h.s.Brokers
+		if c.brokers != "" {
+			brokers = c.brokers
 		}
-		if c.mech == "OAUTHBEARER" {
+		fmt.Fprintf(&b, "    seed_brokers: [ %q ]\n", brokers)
+		b.WriteString("    tls:\n      enabled: true\n")
+		if !c.noCA {
+			fmt.Fprintf(&b, "      root_cas_file: %q\n", h.s.CAFile)
+		}
+		if c.certFile != "" {
+			fmt.Fprintf(&b, "      client_certs: [ { cert_file: %q, key_file: %q } ]\n", c.certFile, c.keyFile)
+		}
+		switch c.mech {
+		case "none":
+		case "OAUTHBEARER":
 			fmt.Fprintf(&b, "    sasl: { mechanism: OAUTHBEARER, token: %q }\n", c.token)
-		} else {
+		default:
 			fmt.Fprintf(&b, "    sasl: { mechanism: %s, username: %q, password: %q }\n", c.mech, c.user.Name, c.user.Password)
 		}
 		return b.String()
@@ -337,7 +375,7 @@ func (h *secHarness) copyRun(t *testing.T, c secConn, acls func(secNames) []secA
 	r := h.run(t.Name(), writeConfig(t, h.config(n, c, c, c)), 2*time.Minute)
 	require.NoError(t, r.err)
 	require.Equal(t, 0, r.code, "exit code after %v (-1: killed at the deadline); output:\n%s", r.took, tail(r.out, 40))
-	t.Logf("copy as %s with %s: exit 0 after %v", c.user.Name, c.mech, r.took.Round(time.Millisecond))
+	t.Logf("copy as %s with %s (client certificate: %v): exit 0 after %v", c.user.Name, c.mech, c.certFile != "", r.took.Round(time.Millisecond))
 
 	got := h.readCommitted(t, n.out)
 	counts := map[string]int{}
@@ -443,7 +481,8 @@ type fatalCase struct {
 	gap string
 }
 
-func fatalCases(s *kafkatest.Secure) []fatalCase {
+func fatalCases(h *secHarness) []fatalCase {
+	s := h.s
 	all := func(c secConn) func(*kafkatest.Secure) (secConn, secConn, secConn) {
 		return func(*kafkatest.Secure) (secConn, secConn, secConn) { return c, c, c }
 	}
@@ -498,9 +537,15 @@ func fatalCases(s *kafkatest.Secure) []fatalCase {
 			gap:  "neither kafka_native nor kafka_eos treats a TLS certificate verification failure (x509: certificate signed by unknown authority) as fatal: both retry Connect forever",
 		},
 		{
-			name: "UnsupportedMechanism",
-			conn: all(secConn{mech: "OAUTHBEARER", token: "not-a-real-token-" + s.Allowed.Password}),
-			want: func(secNames) []string { return []string{"UNSUPPORTED_SASL_MECHANISM"} },
+			name: "InvalidToken",
+			conn: all(secConn{mech: "OAUTHBEARER", token: "not-a-jwt-" + s.Allowed.Password}),
+			want: func(secNames) []string { return []string{"SASL_AUTHENTICATION_FAILED", "invalid_token"} },
+		},
+		{
+			name: "UntrustedClientCertificate",
+			conn: all(secConn{user: s.Allowed, mech: "none", brokers: s.MTLSBrokers, certFile: h.badCert, keyFile: h.badKey}),
+			want: func(secNames) []string { return []string{"tls"} },
+			gap:  "a TLS handshake the broker refuses (it cannot verify the client certificate) is not fatal in kafka_native or kafka_eos: both retry Connect forever",
 		},
 		{
 			name: "NoACLs",
@@ -745,6 +790,8 @@ func testEchoRedacts(t *testing.T, h *secHarness) {
 	for name, secret := range h.secrets() {
 		assert.NotContains(t, s, secret, "echo printed the %s", name)
 	}
+	// Two passwords, a token, a client key and its password.
+	assert.Equal(t, 5, strings.Count(s, "!!!SECRET_SCRUBBED!!!"), "redacted fields")
 	t.Logf("echo output (redacted):\n%s", s)
 }
 
@@ -762,15 +809,18 @@ func (h *secHarness) secrets() map[string]string {
 		"client key":                "FakeKeyMaterialForTheRedactionTestOnly",
 		"client key password":       "keypass-" + s.Admin.Password,
 		"OAUTHBEARER token (echo)":  "tok-" + s.Admin.Password,
-		"OAUTHBEARER token (runs)":  "not-a-real-token-" + s.Allowed.Password,
+		"invalid token (runs)":      "not-a-jwt-" + s.Allowed.Password,
 		"wrong password (the runs)": s.Allowed.Password + "-wrong",
 	}
-	if pem, err := os.ReadFile(filepath.Join(filepath.Dir(s.CAFile), "broker.key")); err == nil {
-		for _, l := range strings.Split(string(pem), "\n") {
-			if len(l) > 20 && !strings.HasPrefix(l, "-----") {
-				m["broker private key"] = l
-				break
-			}
+	m["OAUTHBEARER token (runs)"] = h.token
+	m["OAUTHBEARER token claims (runs)"] = strings.Split(h.token, ".")[1]
+	for name, f := range map[string]string{
+		"broker private key":             filepath.Join(filepath.Dir(s.CAFile), "broker.key"),
+		"client private key":             s.ClientKeyFile,
+		"untrusted client's private key": h.badKey,
+	} {
+		if b := pemBody(f); b != "" {
+			m[name] = b
 		}
 	}
 	return m
@@ -794,4 +844,52 @@ func (h *secHarness) checkNoSecrets(t *testing.T) {
 		}
 	}
 	t.Logf("checked %d lines of %d runs for %d secrets", lines, len(h.logs), len(h.secrets()))
+}
+
+// unsecuredJWT returns an unsigned JWT (alg none) naming sub, valid for an
+// hour: what Kafka's unsecured OAUTHBEARER validator accepts.
+func unsecuredJWT(sub string) string {
+	enc := base64.RawURLEncoding
+	now := time.Now().Unix()
+	return enc.EncodeToString([]byte(`{"alg":"none"}`)) + "." +
+		enc.EncodeToString(fmt.Appendf(nil, `{"sub":%q,"iat":%d,"exp":%d}`, sub, now, now+3600)) + "."
+}
+
+// selfSignedClientCert writes a self-signed client certificate and its key
+// (which no CA of the broker signed) and returns the two file names.
+func selfSignedClientCert(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "alice"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "untrusted.pem"), filepath.Join(dir, "untrusted.key")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600))
+	return certFile, keyFile
+}
+
+// pemBody returns the first base64 line of the PEM file path, "" if none.
+func pemBody(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if len(l) > 20 && !strings.HasPrefix(l, "-----") {
+			return l
+		}
+	}
+	return ""
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # up.sh starts a single-node Apache Kafka (KRaft, broker+controller) on 127.0.0.1
-# for integration tests, and prints one line, KAFKA_BROKERS=127.0.0.1:PORT, on
-# stdout (everything else goes to stderr), so a Makefile can eval it.
+# for integration tests, and prints KAFKA_BROKERS=127.0.0.1:PORT (and the lines
+# of the secured listener below) on stdout (everything else goes to stderr), so
+# a Makefile can eval it.
 #
 #   up.sh [--tv 0|2] [--name NAME] [--no-sasl-ssl]
 #
@@ -18,17 +19,23 @@
 # keystore broker.p12 for the broker), SASL mechanisms PLAIN, SCRAM-SHA-256 and
 # SCRAM-SHA-512, and three users with random passwords (the same password for
 # every mechanism; SCRAM credentials made at format time, PLAIN ones in the
-# listener's JAAS config):
+# listener's JAAS config), plus OAUTHBEARER with Kafka's unsecured validator
+# (an unsigned JWT whose sub claim names the user: test only):
 #   admin  super user
 #   alice  allowed: the ACLs below on the prefix "sec-" (topics, groups, transactional ids)
 #   bob    authenticates, has no ACL (tests grant him all but one, see security_test.go)
+# A third listener, SSL on a third port, is mTLS: it requires a client certificate
+# signed by the CA and maps its CN to the user (up.sh makes one for alice).
 # The StandardAuthorizer is on, with super.users admin and ANONYMOUS: the
 # PLAINTEXT listener (and inter-broker/controller traffic, also PLAINTEXT)
 # authenticate nobody, so they act as ANONYMOUS and every other test runs as
 # before. The extra stdout lines (after KAFKA_BROKERS=), also kept in
 # $STATE/security.env:
 #   KAFKA_SASL_SSL_BROKERS=127.0.0.1:PORT2
+#   KAFKA_SSL_BROKERS=127.0.0.1:PORT3      (mTLS listener)
 #   KAFKA_CA_FILE=$STATE/tls/ca.pem
+#   KAFKA_CLIENT_CERT_FILE=$STATE/tls/client.pem   (CN=alice, signed by the CA)
+#   KAFKA_CLIENT_KEY_FILE=$STATE/tls/client.key
 #   KAFKA_SASL_ADMIN=admin:PASSWORD
 #   KAFKA_SASL_ALLOWED=alice:PASSWORD
 #   KAFKA_SASL_DENIED=bob:PASSWORD
@@ -135,9 +142,17 @@ make_tls() {
 		'keyUsage=critical,digitalSignature,keyEncipherment' 'extendedKeyUsage=serverAuth' >"$d/broker.ext"
 	openssl x509 -req -in "$d/broker.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
 		-days 30 -extfile "$d/broker.ext" -out "$d/broker.pem" >>"$d/openssl.out" 2>&1
+	# A client certificate (CN=alice) for the mTLS listener SSL, which
+	# requires one signed by the CA and maps CN=alice to User:alice.
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+		-keyout "$d/client.key" -out "$d/client.csr" -subj "/CN=alice" >>"$d/openssl.out" 2>&1
+	printf '%s\n' 'basicConstraints=critical,CA:FALSE' 'keyUsage=critical,digitalSignature' \
+		'extendedKeyUsage=clientAuth' >"$d/client.ext"
+	openssl x509 -req -in "$d/client.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+		-days 30 -extfile "$d/client.ext" -out "$d/client.pem" >>"$d/openssl.out" 2>&1
 	openssl pkcs12 -export -in "$d/broker.pem" -inkey "$d/broker.key" -certfile "$d/ca.pem" \
 		-name broker -out "$d/broker.p12" -passout "pass:$KS_PASSWORD" >>"$d/openssl.out" 2>&1
-	rm -f "$d/broker.csr" "$d/broker.ext" "$d/ca.srl"
+	rm -f "$d"/*.csr "$d"/*.ext "$d/ca.srl"
 	chmod 600 "$d"/*.key "$d/broker.p12"
 }
 
@@ -156,10 +171,25 @@ secure_properties() {
 		listener.name.sasl_ssl.ssl.keystore.password=$KS_PASSWORD
 		listener.name.sasl_ssl.ssl.key.password=$KS_PASSWORD
 		listener.name.sasl_ssl.ssl.client.auth=none
-		listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+		listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER
 		listener.name.sasl_ssl.plain.sasl.jaas.config=$jaas;
 		listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 		listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+		# OAUTHBEARER with Kafka's UNSECURED validator: any unsigned JWT (alg none)
+		# with a sub claim and a future exp is accepted as User:<sub>. A test
+		# stand-in for an identity provider; never use it in production.
+		listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="admin";
+		listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler
+		# SSL listener: mTLS, the client certificate is the identity (CN=alice
+		# is User:alice).
+		listener.name.ssl.ssl.keystore.type=PKCS12
+		listener.name.ssl.ssl.keystore.location=$STATE/tls/broker.p12
+		listener.name.ssl.ssl.keystore.password=$KS_PASSWORD
+		listener.name.ssl.ssl.key.password=$KS_PASSWORD
+		listener.name.ssl.ssl.client.auth=required
+		listener.name.ssl.ssl.truststore.type=PEM
+		listener.name.ssl.ssl.truststore.location=$STATE/tls/ca.pem
+		ssl.principal.mapping.rules=RULE:^CN=([^,]+)\$/\$1/,DEFAULT
 		# ACLs are enforced. PLAINTEXT connections are ANONYMOUS: a super user, so
 		# every test on the PLAINTEXT listener runs as without an authorizer.
 		authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
@@ -203,12 +233,13 @@ start_once() {
 	local advertised="PLAINTEXT://127.0.0.1:$port"
 	local protocol_map="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
 	local extra="" scram=()
-	SPORT=
+	SPORT= MPORT=
 	if [[ $SECURE == 1 ]]; then
 		SPORT=$(pick_port "$port" "$cport")
-		listeners+=",SASL_SSL://127.0.0.1:$SPORT"
-		advertised+=",SASL_SSL://127.0.0.1:$SPORT"
-		protocol_map+=",SASL_SSL:SASL_SSL"
+		MPORT=$(pick_port "$port" "$cport" "$SPORT")
+		listeners+=",SASL_SSL://127.0.0.1:$SPORT,SSL://127.0.0.1:$MPORT"
+		advertised+=",SASL_SSL://127.0.0.1:$SPORT,SSL://127.0.0.1:$MPORT"
+		protocol_map+=",SASL_SSL:SASL_SSL,SSL:SSL"
 		make_tls
 		extra=$(secure_properties)
 		local u
@@ -268,6 +299,7 @@ start_once() {
 	echo "$PID" >"$STATE/pid"
 	echo "127.0.0.1:$port" >"$STATE/brokers"
 	[[ -z $SPORT ]] || echo "127.0.0.1:$SPORT" >"$STATE/brokers-sasl-ssl"
+	[[ -z $MPORT ]] || echo "127.0.0.1:$MPORT" >"$STATE/brokers-ssl"
 	ln -sf logs/server.log "$STATE/server.log"
 	log "started broker $NAME pid $PID on 127.0.0.1:$port (controller $cport), transaction.version=$TV, Kafka $KAFKA_VERSION"
 
@@ -313,14 +345,17 @@ if [[ $SECURE == 1 ]]; then
 	grant_acls "$(<"$STATE/brokers")"
 	cat >"$STATE/security.env" <<-EOF
 		KAFKA_SASL_SSL_BROKERS=$(<"$STATE/brokers-sasl-ssl")
+		KAFKA_SSL_BROKERS=$(<"$STATE/brokers-ssl")
 		KAFKA_CA_FILE=$STATE/tls/ca.pem
+		KAFKA_CLIENT_CERT_FILE=$STATE/tls/client.pem
+		KAFKA_CLIENT_KEY_FILE=$STATE/tls/client.key
 		KAFKA_SASL_ADMIN=admin:${PASSWORDS[admin]}
 		KAFKA_SASL_ALLOWED=alice:${PASSWORDS[alice]}
 		KAFKA_SASL_DENIED=bob:${PASSWORDS[bob]}
 		KAFKA_SASL_ACL_PREFIX=$ACL_PREFIX
 	EOF
 	chmod 600 "$STATE/security.env"
-	log "SASL_SSL listener on $(<"$STATE/brokers-sasl-ssl") (CA $STATE/tls/ca.pem, users admin, alice, bob)"
+	log "SASL_SSL listener on $(<"$STATE/brokers-sasl-ssl"), mTLS listener on $(<"$STATE/brokers-ssl") (CA $STATE/tls/ca.pem, users admin, alice, bob)"
 fi
 
 trap - EXIT

@@ -24,7 +24,10 @@ import (
 // unless --no-sasl-ssl). scripts/test.sh exports the ones of its tv2 broker.
 const (
 	EnvSASLSSLBrokers = "KAFKA_SASL_SSL_BROKERS" // host:port of the SASL_SSL listener
+	EnvSSLBrokers     = "KAFKA_SSL_BROKERS"      // host:port of the mTLS listener (SSL, client certificate required)
 	EnvCAFile         = "KAFKA_CA_FILE"          // PEM file of the throwaway CA that signed the broker certificate
+	EnvClientCertFile = "KAFKA_CLIENT_CERT_FILE" // PEM client certificate (CN=alice) signed by that CA, for mTLS
+	EnvClientKeyFile  = "KAFKA_CLIENT_KEY_FILE"  // its PEM private key
 	EnvSASLAdmin      = "KAFKA_SASL_ADMIN"       // name:password of a super user
 	EnvSASLAllowed    = "KAFKA_SASL_ALLOWED"     // name:password of the user with ACLs on ACLPrefix
 	EnvSASLDenied     = "KAFKA_SASL_DENIED"      // name:password of a user with no ACL
@@ -39,9 +42,15 @@ type User struct{ Name, Password string }
 type Secure struct {
 	Brokers string // bootstrap address of the SASL_SSL listener
 	CAFile  string // PEM CA the clients must trust
-	Admin   User   // super user
-	Allowed User   // has the ACLs of the exactly-once copy on ACLPrefix (topics, groups, transactional ids)
-	Denied  User   // authenticates, has no ACL of its own
+	// MTLSBrokers is the mTLS listener (SSL): it requires a client
+	// certificate signed by the CA and takes the user from its CN.
+	MTLSBrokers string
+	// ClientCertFile and ClientKeyFile are a client certificate for the
+	// allowed user (CN=alice) signed by the CA.
+	ClientCertFile, ClientKeyFile string
+	Admin                         User // super user
+	Allowed                       User // has the ACLs of the exactly-once copy on ACLPrefix (topics, groups, transactional ids)
+	Denied                        User // authenticates, has no ACL of its own
 	// ACLPrefix prefixes every topic, group and transactional id the
 	// allowed user may use.
 	ACLPrefix string
@@ -53,7 +62,7 @@ func SecureBroker(t testing.TB) *Secure {
 	t.Helper()
 	get := func(name string) string { return strings.TrimSpace(os.Getenv(name)) }
 	var missing []string
-	for _, n := range []string{EnvSASLSSLBrokers, EnvCAFile, EnvSASLAdmin, EnvSASLAllowed, EnvSASLDenied, EnvSASLACLPrefix} {
+	for _, n := range []string{EnvSASLSSLBrokers, EnvSSLBrokers, EnvCAFile, EnvClientCertFile, EnvClientKeyFile, EnvSASLAdmin, EnvSASLAllowed, EnvSASLDenied, EnvSASLACLPrefix} {
 		if get(n) == "" {
 			missing = append(missing, n)
 		}
@@ -76,15 +85,20 @@ func SecureBroker(t testing.TB) *Secure {
 		return User{Name: n, Password: p}
 	}
 	s := &Secure{
-		Brokers:   get(EnvSASLSSLBrokers),
-		CAFile:    get(EnvCAFile),
-		Admin:     user(EnvSASLAdmin),
-		Allowed:   user(EnvSASLAllowed),
-		Denied:    user(EnvSASLDenied),
-		ACLPrefix: get(EnvSASLACLPrefix),
+		Brokers:        get(EnvSASLSSLBrokers),
+		CAFile:         get(EnvCAFile),
+		MTLSBrokers:    get(EnvSSLBrokers),
+		ClientCertFile: get(EnvClientCertFile),
+		ClientKeyFile:  get(EnvClientKeyFile),
+		Admin:          user(EnvSASLAdmin),
+		Allowed:        user(EnvSASLAllowed),
+		Denied:         user(EnvSASLDenied),
+		ACLPrefix:      get(EnvSASLACLPrefix),
 	}
-	if _, err := os.Stat(s.CAFile); err != nil {
-		t.Fatalf("kafkatest: %s: %v", EnvCAFile, err)
+	for name, f := range map[string]string{EnvCAFile: s.CAFile, EnvClientCertFile: s.ClientCertFile, EnvClientKeyFile: s.ClientKeyFile} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("kafkatest: %s: %v", name, err)
+		}
 	}
 	return s
 }
