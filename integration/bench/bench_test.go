@@ -146,3 +146,39 @@ func BenchmarkPayload(b *testing.B) {
 		_ = payload(1024)
 	}
 }
+
+// BenchmarkConsumeKfake reads b.N records of 100 B (written in
+// transactions) with read_committed on kfake: kafka_native through a Benthos
+// stream into a counting output, and the raw franz-go poll loop. As above,
+// the figures include kfake's own work; compare the two.
+//
+//	go test -run X -bench ConsumeKfake -benchtime 500000x ./integration/bench/
+func BenchmarkConsumeKfake(b *testing.B) {
+	for _, kind := range []string{"native", "rawconsume"} {
+		b.Run(kind, func(b *testing.B) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "bench"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			o := options{brokers: c.ListenAddrs()[0], topic: "bench", records: b.N, size: 100, interval: time.Second}
+			if _, err := runProbe(context.Background(), o, 2); err != nil {
+				b.Fatal(err)
+			}
+			o.records = b.N + 2 // the probe's warm-up records
+			b.ReportAllocs()
+			b.ResetTimer()
+			var r result
+			if kind == "native" {
+				r, err = runPipeline(context.Background(), kind, o)
+			} else {
+				r, err = runRawConsume(context.Background(), o)
+			}
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(r.RecordsPerSec(), "records/s")
+		})
+	}
+}

@@ -52,12 +52,19 @@ func tool(ctx context.Context, class string, args ...string) (string, error) {
 }
 
 // runProducerPerf runs ProducerPerformance transactionally with the same
-// record count, size and epoch interval, acks=all (idempotence is the Java
-// client's default), its other settings at their defaults.
-func runProducerPerf(ctx context.Context, brokers, topic string, records, size int, interval time.Duration) (result, error) {
+// record count, the same value and epoch interval, acks=all (idempotence is
+// the Java client's default), its other settings at their defaults. The value
+// comes from a payload file holding exactly the bytes the Go contenders send:
+// with --record-size the tool would fill a fresh random payload for every
+// record (generateRandomPayload), CPU the Go contenders do not spend.
+func runProducerPerf(ctx context.Context, brokers, topic string, records, size int, interval time.Duration, dir string) (result, error) {
+	file := filepath.Join(dir, fmt.Sprintf("payload-%d", size))
+	if err := os.WriteFile(file, payload(size), 0o644); err != nil {
+		return result{}, err
+	}
 	out, err := tool(ctx, "ProducerPerformance",
 		"--topic", topic, "--num-records", strconv.Itoa(records), "--throughput", "-1",
-		"--record-size", strconv.Itoa(size),
+		"--payload-file", file,
 		"--producer-props", "bootstrap.servers="+brokers, "acks=all",
 		"--transactional-id", "bench-pp-"+topic,
 		"--transaction-duration-ms", strconv.FormatInt(interval.Milliseconds(), 10))

@@ -56,7 +56,7 @@ type options struct {
 func main() {
 	var o options
 	var sizes, intervals string
-	flag.IntVar(&o.records, "records", 300000, "records per run (every contender of a row gets the same count)")
+	flag.IntVar(&o.records, "records", 600000, "records per run (every contender of a row gets the same count)")
 	flag.StringVar(&sizes, "sizes", "100,1024", "record (value) sizes in bytes, comma separated")
 	flag.StringVar(&intervals, "intervals", "100ms,1s", "epoch (transaction) intervals, comma separated")
 	flag.IntVar(&o.runs, "runs", 3, "rounds per row; the table shows medians")

@@ -68,7 +68,10 @@ func writePlot(path string, cells []*cell) error {
 			p.Legend.Add(fmt.Sprintf("%s, %s", name, sizeLabel(size)), l, s)
 		}
 	}
+	// Room above the lines for the legend.
+	p.Y.Min = 0
+	p.Y.Max *= 1.45
 	p.Legend.ThumbnailWidth = vg.Points(24)
 	p.BackgroundColor = color.White
-	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+	return p.Save(8*vg.Inch, 5*vg.Inch, path)
 }

@@ -87,7 +87,7 @@ func run(ctx context.Context, o options) error {
 					}
 					topic := fmt.Sprintf("bench-%s-%d-%s-%d-%s", slug(name), size, iv, r, stamp)
 					res, err := withTopic(ctx, adm, topic, o.partitions, func() (result, error) {
-						return runProduce(ctx, name, o, topic, size, iv)
+						return runProduce(ctx, name, o, topic, size, iv, tmp)
 					})
 					c.record(name, r, o.runs, res, err)
 					if ctx.Err() != nil {
@@ -169,7 +169,7 @@ func (c *cell) record(name string, round, runs int, res result, err error) {
 	logf("round %d %s: %.0f records/s (%.1f MB/s)", round+1, label, res.RecordsPerSec(), res.MBPerSec(c.size))
 }
 
-func runProduce(ctx context.Context, name string, o options, topic string, size int, iv time.Duration) (result, error) {
+func runProduce(ctx context.Context, name string, o options, topic string, size int, iv time.Duration, tmp string) (result, error) {
 	switch name {
 	case cEOS:
 		return childRun(ctx, "eos", o, topic, size, o.records, iv)
@@ -178,7 +178,7 @@ func runProduce(ctx context.Context, name string, o options, topic string, size 
 	case cProbe:
 		return childRun(ctx, "probe", o, topic, size, o.records, iv)
 	case cPP:
-		return runProducerPerf(ctx, o.brokers, topic, o.records, size, iv)
+		return runProducerPerf(ctx, o.brokers, topic, o.records, size, iv, tmp)
 	}
 	return result{}, fmt.Errorf("unknown contender %q", name)
 }
