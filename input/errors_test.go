@@ -149,6 +149,7 @@ func failCommits(c *kfake.Cluster, fail *atomic.Bool, code int16, calls *atomic.
 		for _, rt := range req.Topics {
 			st := kmsg.NewOffsetCommitResponseTopic()
 			st.Topic = rt.Topic
+			st.TopicID = rt.TopicID // OffsetCommit v10+ names topics by ID
 			for _, rp := range rt.Partitions {
 				sp := kmsg.NewOffsetCommitResponseTopicPartition()
 				sp.Partition = rp.Partition
@@ -188,10 +189,10 @@ func TestFinalCommitPermanentErrorIsFatal(t *testing.T) {
 	e.produce(t, topic, 0, vals("a", 2)...)
 	var fail atomic.Bool
 	var calls atomic.Int64
-	fail.Store(true)
 	failCommits(e.fake, &fail, kerr.GroupAuthorizationFailed.Code, &calls)
 	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\n", topic, uniq(t, "g")))
 	h.mustConnect()
+	fail.Store(true) // the ACL is taken away after the start
 	gs, err := h.readUntilEnd(readTimeout)
 	assert.Len(t, gs, 2)
 	var ce *CommitError
@@ -306,4 +307,20 @@ func TestUntrustedBrokerCertificateIsFatal(t *testing.T) {
 	err = h.connect()
 	requireFatal(t, h, err, nil)
 	assert.Contains(t, err.Error(), "certificate signed by unknown authority")
+}
+
+// A new group (nothing to describe) whose commits are refused fails at start:
+// the preflight commits one offset the group would get anyway.
+func TestCommitAccessCheckedAtStart(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	var fail atomic.Bool
+	var calls atomic.Int64
+	fail.Store(true)
+	failCommits(e.fake, &fail, kerr.GroupAuthorizationFailed.Code, &calls)
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\n", topic, uniq(t, "g")))
+	err := h.connect()
+	requireFatal(t, h, err, kerr.GroupAuthorizationFailed)
+	assert.Contains(t, err.Error(), "Read ACL")
 }

@@ -168,6 +168,14 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 		if plans, err = cfg.resolve(rctx, adm, l, parts); err != nil {
 			return nil, err
 		}
+		_, takeover := lookupTakeover(in.mgr, cfg.group)
+		if cfg.group != "" && !l.groupReadKnown && !takeover && len(plans) > 0 {
+			// A new group: prove the commits will be allowed before
+			// reading, rather than at the final commit.
+			if err := checkCommitAccess(pctx, adm, cfg.group, plans[0]); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	now := time.Now()

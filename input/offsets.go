@@ -36,6 +36,9 @@ type listing struct {
 	hwms      kadm.ListedOffsets
 	lsos      kadm.ListedOffsets // nil under read_uncommitted
 	committed kadm.OffsetResponses
+	// groupReadKnown is whether checkGroupRead could tell that the client
+	// may commit the group's offsets.
+	groupReadKnown bool
 }
 
 // partitionsOf returns the partitions read, in order, from the metadata.
@@ -115,11 +118,39 @@ func (c *config) list(ctx context.Context, adm *kadm.Client) (*listing, []tp, er
 		if err = l.committed.Error(); err != nil {
 			return nil, nil, fmt.Errorf("fetching the committed offsets of group %s: %w", c.group, err)
 		}
-		if err = checkGroupRead(ctx, adm, c.group); err != nil {
+		if l.groupReadKnown, err = checkGroupRead(ctx, adm, c.group); err != nil {
 			return nil, nil, err
 		}
 	}
 	return l, parts, nil
+}
+
+// errGroupRead is the message of a missing Read ACL on the group.
+func errGroupRead(group, detail string) error {
+	return fmt.Errorf("group %s: this client may not commit its offsets (the Read ACL on the group is missing%s): %w",
+		group, detail, kerr.GroupAuthorizationFailed)
+}
+
+// checkCommitAccess is the fallback of checkGroupRead for a group that does
+// not exist yet (Kafka describes no operations for it): it commits one
+// partition's offset the group would get anyway, its committed offset
+// (unchanged) or, with none, the start resolved for this run. Only an
+// authorization failure counts; anything else is left to the regular commits.
+func checkCommitAccess(ctx context.Context, adm *kadm.Client, group string, pp *partPlan) error {
+	at := pp.committed
+	if at < 0 {
+		at = pp.start
+	}
+	var os kadm.Offsets
+	os.AddOffset(pp.Topic, pp.Partition, at, -1)
+	resp, err := adm.CommitOffsets(ctx, group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if errors.Is(err, kerr.GroupAuthorizationFailed) {
+		return errGroupRead(group, "")
+	}
+	return nil
 }
 
 // checkGroupRead fails when the client may not commit the group's offsets.
@@ -129,34 +160,35 @@ func (c *config) list(ctx context.Context, adm *kadm.Client) (*listing, []tp, er
 // operations the client is allowed on the group (KIP-430); a broker that
 // omits them, or a failed describe, skips the check (the commit then reports
 // the error).
-func checkGroupRead(ctx context.Context, adm *kadm.Client, group string) error {
+func checkGroupRead(ctx context.Context, adm *kadm.Client, group string) (known bool, _ error) {
 	described, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
 		if isFatal(err) {
-			return fmt.Errorf("describing group %s: %w", group, err)
+			return true, fmt.Errorf("describing group %s: %w", group, err)
 		}
-		return nil
+		return false, nil
 	}
 	dg, ok := described[group]
 	if !ok {
-		return nil
+		return false, nil
 	}
 	if dg.Err != nil {
+		// GROUP_ID_NOT_FOUND for a group that does not exist yet
+		// (Kafka 4: DescribeGroups v6).
 		if isFatal(dg.Err) {
-			return fmt.Errorf("describing group %s: %w", group, dg.Err)
+			return true, fmt.Errorf("describing group %s: %w", group, dg.Err)
 		}
-		return nil
+		return false, nil
 	}
 	if len(dg.AuthorizedOperations) == 0 {
-		return nil
+		return false, nil
 	}
 	for _, op := range dg.AuthorizedOperations {
 		if op == kadm.OpRead || op == kadm.OpAll {
-			return nil
+			return true, nil
 		}
 	}
-	return fmt.Errorf("group %s: this client may not commit its offsets (the Read ACL on the group is missing; it has %v): %w",
-		group, dg.AuthorizedOperations, kerr.GroupAuthorizationFailed)
+	return true, errGroupRead(group, fmt.Sprintf("; it has %v", dg.AuthorizedOperations))
 }
 
 // listOK folds the per-partition errors of a listing into its error.
