@@ -519,22 +519,19 @@ func fatalCases(h *secHarness) []fatalCase {
 			conn: func(s *kafkatest.Secure) (secConn, secConn, secConn) {
 				return ok, secConn{user: wrongPass, mech: "SCRAM-SHA-512"}, ok
 			},
-			want: func(secNames) []string { return []string{"kafka_eos", "SASL_AUTHENTICATION_FAILED"} },
-			gap:  "kafka_eos does not treat an authentication failure in Connect before its producers start (the ApiVersions probe of clusterTxnVersion) as fatal: Benthos retries Connect forever",
+			want: func(n secNames) []string { return []string{"kafka_eos", n.txn, "SASL_AUTHENTICATION_FAILED"} },
 		},
 		{
 			name: "WrongPasswordCacheOnly",
 			conn: func(s *kafkatest.Secure) (secConn, secConn, secConn) {
 				return ok, ok, secConn{user: wrongPass, mech: "PLAIN"}
 			},
-			want: func(secNames) []string { return []string{"kafka_state", "SASL_AUTHENTICATION_FAILED"} },
-			gap:  "an authentication failure of the kafka_state cache reaches kafka_eos.Connect wrapped (state cache ...: kafka_state: describing topic ...: SASL_AUTHENTICATION_FAILED) but is not raised as fatal: Connect is retried forever",
+			want: func(n secNames) []string { return []string{"kafka_state", n.state, "SASL_AUTHENTICATION_FAILED"} },
 		},
 		{
 			name: "UntrustedCertificate",
 			conn: all(secConn{user: s.Allowed, mech: "SCRAM-SHA-512", noCA: true}),
 			want: func(secNames) []string { return []string{"x509: certificate signed by unknown authority"} },
-			gap:  "neither kafka_native nor kafka_eos treats a TLS certificate verification failure (x509: certificate signed by unknown authority) as fatal: both retry Connect forever",
 		},
 		{
 			name: "InvalidToken",
@@ -545,13 +542,12 @@ func fatalCases(h *secHarness) []fatalCase {
 			name: "UntrustedClientCertificate",
 			conn: all(secConn{user: s.Allowed, mech: "none", brokers: s.MTLSBrokers, certFile: h.badCert, keyFile: h.badKey}),
 			want: func(secNames) []string { return []string{"tls"} },
-			gap:  "a TLS handshake the broker refuses (it cannot verify the client certificate) is not fatal in kafka_native or kafka_eos: both retry Connect forever",
+			gap:  "a TLS handshake the broker refuses (remote error: tls: certificate required, a tls.AlertError) is not fatal in kafka_native or kafka_eos: both retry Connect forever",
 		},
 		{
 			name: "NoACLs",
 			conn: denied,
 			want: named("TOPIC_AUTHORIZATION_FAILED", in),
-			gap:  "kafka_native's metadata preflight says TOPIC_AUTHORIZATION_FAILED without naming the topic",
 		},
 		{
 			name: "MissingTopicRead", // Describe only on the input topic
@@ -571,14 +567,12 @@ func fatalCases(h *secHarness) []fatalCase {
 			conn: denied,
 			acls: swap("topic", state, kadm.OpWrite),
 			want: named("TOPIC_AUTHORIZATION_FAILED", state),
-			gap:  "a kafka_state write refused with TOPIC_AUTHORIZATION_FAILED reaches kafka_eos.Connect (it names key and topic) but is not raised as fatal: Connect is retried forever",
 		},
 		{
 			name: "MissingStateTopicDescribeConfigs",
 			conn: denied,
 			acls: swap("topic", state, kadm.OpDescribeConfigs),
 			want: named("TOPIC_AUTHORIZATION_FAILED", state),
-			gap:  "a kafka_state DescribeConfigs refused with TOPIC_AUTHORIZATION_FAILED is not raised as fatal: kafka_eos.Connect is retried forever",
 		},
 		{
 			name: "MissingGroupRead", // no ACL on the group at all
@@ -591,7 +585,7 @@ func fatalCases(h *secHarness) []fatalCase {
 			conn: denied,
 			acls: swap("group", group, kadm.OpRead, kadm.OpDescribe),
 			want: named("GROUP_AUTHORIZATION_FAILED", group),
-			gap:  "with Describe but not Read on the group, kafka_native's start passes (OffsetFetch needs only Describe) and the first commit fails at the end: the output has committed the records, the offsets are not, so a rerun duplicates them; a preflight (DescribeGroups with authorized operations, or committing the current offsets) would fail first",
+			gap:  "with Describe but not Read on the group, kafka_native's start passes (OffsetFetch needs only Describe) and the first commit fails at the end: the output has committed the records, the offsets are not, so a rerun duplicates them; a preflight (DescribeGroups with authorized operations) fails first (input work in progress at the time of writing: remove this gap when it is in)",
 		},
 		{
 			name: "MissingTransactionalIDWrite", // Describe only on the transactional ids

@@ -35,6 +35,8 @@ start_broker() { # $1 = transaction version
   fi
   export "KAFKA_BROKERS_TV$1=${line#KAFKA_BROKERS=}"
   log "Apache Kafka with transaction.version=$1 at ${line#KAFKA_BROKERS=}"
+  # The tv2 broker's secured listeners for integration/security_test.go (up.sh prints them again when asked for a running broker): KAFKA_SASL_SSL_BROKERS, KAFKA_SSL_BROKERS, KAFKA_CA_FILE, KAFKA_CLIENT_*, KAFKA_SASL_*.
+  if [ "$1" = 2 ]; then while IFS= read -r kv; do export "$kv"; done < <(bash integration/kafka/up.sh --tv 2 --name "$name" 2>/dev/null | grep -E '^KAFKA_(SASL_|SSL_BROKERS=|CA_FILE=|CLIENT_)'); fi
 }
 
 log "go vet"
