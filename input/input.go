@@ -146,36 +146,9 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 		}
 	}()
 	adm := kadm.NewClient(admCl)
-	if t, ok := lookupTakeover(in.mgr, cfg.group); ok && cfg.group != "" {
-		// The output that commits this group's offsets recovers
-		// first, so the committed offsets read below are final.
-		if err := t.Ready(ctx); err != nil {
-			return nil, fmt.Errorf("waiting for the output that commits group %s: %w", cfg.group, err)
-		}
-	}
-	pctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
-	defer cancel()
-	l, parts, err := cfg.list(pctx, adm)
+	plans, err := in.preflight(ctx, adm)
 	if err != nil {
 		return nil, err
-	}
-	var plans []*partPlan
-	if !cfg.membership {
-		rctx := ctx
-		if !cfg.stopAtHWM {
-			rctx = pctx
-		}
-		if plans, err = cfg.resolve(rctx, adm, l, parts); err != nil {
-			return nil, err
-		}
-		_, takeover := lookupTakeover(in.mgr, cfg.group)
-		if cfg.group != "" && !l.groupReadKnown && !takeover && len(plans) > 0 {
-			// A new group: prove the commits will be allowed before
-			// reading, rather than at the final commit.
-			if err := checkCommitAccess(pctx, adm, cfg.group, plans[0]); err != nil {
-				return nil, err
-			}
-		}
 	}
 
 	now := time.Now()
@@ -192,7 +165,7 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 	for _, pp := range plans {
 		in.log.Debugf("Partition %s: start %d, stop %d (log start %d, end %d, committed %d)", pp.tp, pp.start, pp.stop, pp.logStart, pp.end, pp.committed)
 		if pp.stop != noStop && pp.start >= pp.stop {
-			continue
+			continue // finished before any fetch
 		}
 		if consume[pp.Topic] == nil {
 			consume[pp.Topic] = map[int32]kgo.Offset{}
@@ -203,39 +176,88 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 		c.member = &groupMember{cfg: cfg, adm: adm, tr: c.tr, met: in.met, log: in.log, fail: func(err error) { c.fail(err) }}
 	}
 	if len(consume) > 0 || c.member != nil {
-		iso := kgo.ReadUncommitted()
-		if cfg.readCommitted {
-			iso = kgo.ReadCommitted()
-		}
-		opts := cfg.conn.Opts()
-		if c.member != nil {
-			opts = append(opts, c.member.opts()...)
-		} else {
-			opts = append(opts, kgo.ConsumePartitions(consume))
-		}
-		opts = append(opts,
-			kgo.WithHooks(clientHooks{in.met}),
-			kgo.FetchIsolationLevel(iso),
-			// Markers take offsets: keep them so the position moves
-			// past them (they are dropped before emitting).
-			kgo.KeepControlRecords(),
-			kgo.FetchMaxPartitionBytes(cfg.maxPartitionBytes),
-			kgo.FetchMaxWait(500*time.Millisecond),
-			// Show UNKNOWN_TOPIC_OR_PARTITION, which kgo strips and
-			// retries silently by default, so that a deleted topic
-			// fails after the grace period.
-			kgo.KeepRetryableFetchErrors(),
-			// Our starts are exact and validated, so
-			// OFFSET_OUT_OF_RANGE means the log start moved past
-			// the position mid-read. kgo would resume at the log
-			// start silently; keep the error and measure the loss
-			// (fetchLoop.outOfRange).
-			kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-		)
-		if c.consumeCl, err = kgo.NewClient(opts...); err != nil {
+		if c.consumeCl, err = kgo.NewClient(in.consumerOpts(consume, c.member)...); err != nil {
 			return nil, &ConfigError{Field: "seed_brokers", Err: err}
 		}
 	}
+	in.start(c, adm, plans, now)
+	return c, nil
+}
+
+// preflight runs the checks of Connect under connect_timeout (the high
+// watermark wait excepted) and resolves every partition's start and stop;
+// with group_membership the starts are resolved per assignment instead.
+func (in *kafkaInput) preflight(ctx context.Context, adm *kadm.Client) ([]*partPlan, error) {
+	cfg := in.cfg
+	t, takeover := lookupTakeover(in.mgr, cfg.group)
+	if takeover && cfg.group != "" {
+		// The output that commits this group's offsets recovers
+		// first, so the committed offsets read below are final.
+		if err := t.Ready(ctx); err != nil {
+			return nil, fmt.Errorf("waiting for the output that commits group %s: %w", cfg.group, err)
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	defer cancel()
+	l, parts, err := cfg.list(pctx, adm)
+	if err != nil || cfg.membership {
+		return nil, err
+	}
+	rctx := pctx
+	if cfg.stopAtHWM {
+		rctx = ctx // bounded by high_watermark_wait_timeout instead
+	}
+	plans, err := cfg.resolve(rctx, adm, l, parts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.group != "" && !l.groupReadKnown && !takeover && len(plans) > 0 {
+		// A new group: prove the commits will be allowed before
+		// reading, rather than at the final commit.
+		if err := checkCommitAccess(pctx, adm, cfg.group, plans[0]); err != nil {
+			return nil, err
+		}
+	}
+	return plans, nil
+}
+
+// consumerOpts are the options of the consuming client: direct assignment of
+// consume, or group membership.
+func (in *kafkaInput) consumerOpts(consume map[string]map[int32]kgo.Offset, member *groupMember) []kgo.Opt {
+	cfg := in.cfg
+	iso := kgo.ReadUncommitted()
+	if cfg.readCommitted {
+		iso = kgo.ReadCommitted()
+	}
+	opts := cfg.conn.Opts()
+	if member != nil {
+		opts = append(opts, member.opts()...)
+	} else {
+		opts = append(opts, kgo.ConsumePartitions(consume))
+	}
+	return append(opts,
+		kgo.WithHooks(clientHooks{in.met}),
+		kgo.FetchIsolationLevel(iso),
+		// Markers take offsets: keep them so the position moves past
+		// them (they are dropped before emitting).
+		kgo.KeepControlRecords(),
+		kgo.FetchMaxPartitionBytes(cfg.maxPartitionBytes),
+		kgo.FetchMaxWait(500*time.Millisecond),
+		// Show UNKNOWN_TOPIC_OR_PARTITION, which kgo strips and retries
+		// silently by default, so that a deleted topic fails after the
+		// grace period.
+		kgo.KeepRetryableFetchErrors(),
+		// Our starts are exact and validated, so OFFSET_OUT_OF_RANGE
+		// means the log start moved past the position mid-read. kgo
+		// would resume at the log start silently; keep the error and
+		// measure the loss (fetchLoop.outOfRange).
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+	)
+}
+
+// start builds the commit step and starts the fetch loop and the bookkeeper.
+func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, now time.Time) {
+	cfg := in.cfg
 	var committer OffsetCommitter
 	switch {
 	case c.member != nil:
@@ -257,26 +279,22 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 			onFail:       func(err error) { c.fail(err) },
 			unknownSince: map[tp]time.Time{},
 			lastErrLog:   map[string]time.Time{},
-			probe:        &prober{cfg: cfg, cl: admCl, adm: adm, tr: c.tr, met: in.met, log: in.log},
+			probe:        &prober{cfg: cfg, cl: c.admCl, adm: adm, tr: c.tr, met: in.met, log: in.log},
 		}
 		go loop.run(context.Background())
 	} else {
-		close(c.done)
+		close(c.done) // every partition was finished at start
 		c.fetchShut.TriggerHasStopped()
 	}
 	go c.book.run(context.Background())
-	if cfg.bounded() {
-		total := int64(0)
-		if c.prog != nil {
-			total = c.prog.total
-		}
-		in.log.Infof("Reading %d partitions of %v to their stops (%d offsets)", len(plans), cfg.topicOrder, total)
-	} else if c.member != nil {
+	switch {
+	case cfg.bounded():
+		in.log.Infof("Reading %d partitions of %v to their stops (%d offsets)", len(plans), cfg.topicOrder, c.prog.total)
+	case c.member != nil:
 		in.log.Infof("Reading %v as a member of group %s", cfg.topicOrder, cfg.group)
-	} else {
+	default:
 		in.log.Infof("Reading %d partitions of %v", len(plans), cfg.topicOrder)
 	}
-	return c, nil
 }
 
 // fail records the first fatal error of this connection and raises it.
