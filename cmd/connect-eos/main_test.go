@@ -76,7 +76,7 @@ func (f *fatalAfter) Close(context.Context) error { return nil }
 // exit code is ExitFatal, not the 0 that Benthos would return.
 func TestFatalErrorExitsNonZero(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "fatal.yaml")
-	require.NoError(t, os.WriteFile(f, []byte("http:\n  enabled: false\ninput:\n  fatal_after_test:\n    after: 3\noutput:\n  drop: {}\n"), 0o644))
+	require.NoError(t, os.WriteFile(f, []byte("shutdown_timeout: 1h # Benthos arms an os.Exit(1) at shutdown_timeout+1s after a CLI run; keep it past the test\nhttp:\n  enabled: false\ninput:\n  fatal_after_test:\n    after: 3\noutput:\n  drop: {}\n"), 0o644))
 	done := make(chan int, 1)
 	go func() { done <- run(context.Background(), []string{"connect-eos", "run", f}) }()
 	select {
