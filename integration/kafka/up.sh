@@ -118,11 +118,15 @@ trap 'exit 1' INT TERM HUP # run the EXIT trap on signals too
 
 # The secured listener's users, with passwords made once per up.sh run.
 declare -A PASSWORDS
-for u in admin alice bob; do
-	PASSWORDS[$u]=$(openssl rand -hex 16)
-done
-KS_PASSWORD=$(openssl rand -hex 16)
+KS_PASSWORD=
 ACL_PREFIX=sec-
+if [[ $SECURE == 1 ]]; then
+	command -v openssl >/dev/null || apt_install openssl
+	for u in admin alice bob; do
+		PASSWORDS[$u]=$(openssl rand -hex 16)
+	done
+	KS_PASSWORD=$(openssl rand -hex 16)
+fi
 
 # make_tls writes a throwaway CA and a broker certificate for 127.0.0.1 and
 # localhost into $STATE/tls: ca.pem (the CA clients trust), broker.p12 (the
@@ -131,7 +135,6 @@ ACL_PREFIX=sec-
 make_tls() {
 	local d=$STATE/tls
 	mkdir -p "$d"
-	command -v openssl >/dev/null || apt_install openssl
 	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
 		-keyout "$d/ca.key" -out "$d/ca.pem" -subj "/CN=connect-eos throwaway test CA" \
 		-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
