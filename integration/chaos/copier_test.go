@@ -90,6 +90,15 @@ func (c *copier) unsignalled() bool {
 	return len(c.signalled) == 0
 }
 
+// killedBySignal reports whether the process ended by a signal (a SIGKILL
+// that landed), not by exiting on its own.
+func (c *copier) killedBySignal() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
+}
+
 func (c *copier) exitCode() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
