@@ -218,25 +218,38 @@ const (
 )
 
 // plan returns the rounds in a random order; broker bounces alternate kill -9
-// and clean, the first being kill -9.
+// and clean, the first being kill -9. The rounds that take long (broker
+// bounces, the zombie, SIGTERMs) fall in the first two thirds: each round
+// waits for a share of the remaining records, so the last rounds have little
+// left to copy, and a long round there would let the copy finish first.
 func (k knobs) plan(rng *rand.Rand) []event {
-	var evs []event
-	for range k.kills {
-		evs = append(evs, evKill)
-	}
+	var special []event
 	for range k.sigterms {
-		evs = append(evs, evTerm)
+		special = append(special, evTerm)
 	}
 	for range k.zombies {
-		evs = append(evs, evZombie)
+		special = append(special, evZombie)
 	}
 	for range k.brokerRestarts {
-		evs = append(evs, evBrokerHard) // renamed in order below
+		special = append(special, evBrokerHard) // alternated in time order below
 	}
-	rng.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
+	rng.Shuffle(len(special), func(i, j int) { special[i], special[j] = special[j], special[i] })
+	total := len(special) + k.kills
+	evs := make([]event, total)
+	// Positions for the special rounds among the first two thirds (or
+	// wherever they fit).
+	room := max(len(special), (2*total+2)/3)
+	pos := rng.Perm(room)[:len(special)]
+	slices.Sort(pos)
+	for i, p := range pos {
+		evs[p] = special[i]
+	}
 	n := 0
-	for i, e := range evs {
-		if e == evBrokerHard {
+	for i := range evs {
+		switch evs[i] {
+		case "":
+			evs[i] = evKill
+		case evBrokerHard:
 			if n%2 == 1 {
 				evs[i] = evBrokerClean
 			}
