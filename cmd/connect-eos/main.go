@@ -15,7 +15,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
@@ -38,12 +40,11 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) int {
-	// A fatal error stops the stream the way an operator would: SIGTERM to
-	// ourselves starts Benthos' graceful shutdown (inputs close, in-flight
-	// transactions finish or abort), and the exit code is set below.
+	relay := newStopRelay()
+	defer relay.close()
 	restore := fatal.SetHandler(func(err error) {
 		fmt.Fprintf(os.Stderr, "connect-eos: stopping: %v\n", err)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		relay.requestStop()
 	})
 	defer restore()
 
@@ -63,4 +64,81 @@ func run(ctx context.Context, args []string) int {
 		return ExitFatal
 	}
 	return code
+}
+
+// stopRelay turns a stop request (a fatal error, or SIGTERM/SIGINT) into the
+// graceful shutdown Benthos performs on SIGTERM.
+//
+// Benthos listens for SIGTERM only once its stream is running, and cancelling
+// the run context would skip the graceful shutdown (the shutdown context is
+// derived from it). A fatal error can be raised before Benthos listens (an
+// input failing to authenticate in Connect), and a SIGTERM arriving then would
+// kill the process with the default action. So the relay holds SIGTERM and
+// SIGINT from the start, and once a stop was requested it sends SIGTERM to the
+// process every relayInterval until the run returns: the first one after
+// Benthos listens starts its shutdown, and ones sent while it is already
+// shutting down are dropped by its signal channel.
+type stopRelay struct {
+	sigs   chan os.Signal
+	stop   chan struct{}
+	done   chan struct{}
+	exited chan struct{}
+}
+
+// relayInterval is how often a pending stop is re-signalled.
+const relayInterval = 250 * time.Millisecond
+
+func newStopRelay() *stopRelay {
+	r := &stopRelay{
+		sigs:   make(chan os.Signal, 1),
+		stop:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		exited: make(chan struct{}),
+	}
+	signal.Notify(r.sigs, syscall.SIGTERM, os.Interrupt)
+	go r.loop()
+	return r
+}
+
+func (r *stopRelay) requestStop() {
+	select {
+	case r.stop <- struct{}{}:
+	default:
+	}
+}
+
+func (r *stopRelay) loop() {
+	defer close(r.exited)
+	select {
+	case <-r.sigs:
+	case <-r.stop:
+	case <-r.done:
+		return
+	}
+	t := time.NewTicker(relayInterval)
+	defer t.Stop()
+	for {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		select {
+		case <-r.done:
+			// Take delivery of the SIGTERM just sent before the caller
+			// stops holding the signal, so it cannot arrive later with
+			// nobody listening (and its default action kill the process).
+			select {
+			case <-r.sigs:
+			case <-time.After(time.Second):
+			}
+			return
+		case <-t.C:
+		case <-r.sigs:
+		}
+	}
+}
+
+// close ends the relay; signals received after it take their default action
+// again (or go to whoever else listens).
+func (r *stopRelay) close() {
+	close(r.done)
+	<-r.exited
+	signal.Stop(r.sigs)
 }

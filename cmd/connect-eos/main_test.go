@@ -86,3 +86,20 @@ func TestFatalErrorExitsNonZero(t *testing.T) {
 		t.Fatal("the stream did not stop after a fatal error")
 	}
 }
+
+// TestFatalBeforeBenthosListensExitsNonZero raises the fatal error at once
+// (as an input failing to authenticate in Connect does), before Benthos has
+// installed its signal handler: the process must still shut down gracefully
+// and exit ExitFatal rather than die of its own SIGTERM.
+func TestFatalBeforeBenthosListensExitsNonZero(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "fatal.yaml")
+	require.NoError(t, os.WriteFile(f, []byte("shutdown_timeout: 1h\nhttp:\n  enabled: false\ninput:\n  fatal_after_test:\n    after: 0\noutput:\n  drop: {}\n"), 0o644))
+	done := make(chan int, 1)
+	go func() { done <- run(context.Background(), []string{"connect-eos", "run", f}) }()
+	select {
+	case code := <-done:
+		require.Equal(t, ExitFatal, code)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the stream did not stop after a fatal error")
+	}
+}
