@@ -70,6 +70,7 @@ func newInputFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*ka
 	if err != nil {
 		return nil, err
 	}
+	cfg.conn.LogWarnings(mgr.Logger())
 	in := &kafkaInput{cfg: cfg, mgr: mgr, log: mgr.Logger(), met: newInputMetrics(mgr.Metrics())}
 	if cfg.group != "" {
 		in.newCommitter = func(adm *kadm.Client) OffsetCommitter {

@@ -74,6 +74,7 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 	if err != nil {
 		return nil, err
 	}
+	c.conn.LogWarnings(res.Logger())
 	return &output{
 		conf:     c,
 		res:      res,

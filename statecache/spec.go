@@ -102,6 +102,7 @@ func newCacheFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*Ca
 	if err != nil {
 		return nil, err
 	}
+	conn.LogWarnings(mgr.Logger())
 	topic, err := conf.FieldString(ksFieldTopic)
 	if err != nil {
 		return nil, err

@@ -181,6 +181,28 @@ func saslFromParsed(conf *service.ParsedConfig) (sasl.Mechanism, string, error) 
 	}
 }
 
+// Warnings lists settings that work but weaken security, for the component to
+// log at construction: certificate verification switched off, and a PLAIN
+// password sent without TLS. Benthos lint rules can only report errors, so
+// these are warnings in the log rather than lint failures.
+func (c *Conn) Warnings() []string {
+	var w []string
+	if c.TLS != nil && c.TLS.InsecureSkipVerify {
+		w = append(w, "tls.skip_cert_verify is true: the brokers' certificates are not verified, so a man in the middle can read and change the traffic")
+	}
+	if c.SASLMechanism == MechanismPlain && c.TLS == nil {
+		w = append(w, "sasl.mechanism PLAIN without tls.enabled: the password is sent in clear text")
+	}
+	return w
+}
+
+// LogWarnings logs Warnings at WARN level with the component's logger.
+func (c *Conn) LogWarnings(log *service.Logger) {
+	for _, w := range c.Warnings() {
+		log.Warn(w)
+	}
+}
+
 // Opts returns the franz-go options that connect a client as configured. Each
 // component appends its own options (transactions, consumer settings) to them.
 func (c *Conn) Opts() []kgo.Opt {

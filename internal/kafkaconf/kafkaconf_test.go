@@ -74,3 +74,20 @@ func TestLintRejectsIncompleteSASL(t *testing.T) {
 	sb := env.NewStreamBuilder()
 	require.NoError(t, sb.AddOutputYAML("kafkaconf_under_test:\n  seed_brokers: [ a:1 ]\n  sasl: { mechanism: PLAIN, username: u, password: p }"))
 }
+
+func TestWarnings(t *testing.T) {
+	c, err := parse(t, `{ seed_brokers: [ a:1 ], tls: { enabled: true, skip_cert_verify: true } }`)
+	require.NoError(t, err)
+	require.Len(t, c.Warnings(), 1)
+	require.Contains(t, c.Warnings()[0], "tls.skip_cert_verify")
+
+	c, err = parse(t, `{ seed_brokers: [ a:1 ], sasl: { mechanism: PLAIN, username: u, password: p } }`)
+	require.NoError(t, err)
+	require.Len(t, c.Warnings(), 1)
+	require.Contains(t, c.Warnings()[0], "clear text")
+	require.NotContains(t, c.Warnings()[0], "p ", "a warning never carries the password")
+
+	c, err = parse(t, `{ seed_brokers: [ a:1 ], tls: { enabled: true }, sasl: { mechanism: PLAIN, username: u, password: p } }`)
+	require.NoError(t, err)
+	require.Empty(t, c.Warnings())
+}
