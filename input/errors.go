@@ -1,13 +1,13 @@
 package input
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
 )
 
 // ErrClosed is returned by ReadBatch after Close.
@@ -124,25 +124,7 @@ func isFatal(err error) bool {
 // isTLSConfigErr reports a TLS handshake that fails on certificates: ours not
 // trusting the broker's (unknown authority, wrong host name, expired), or the
 // broker rejecting ours (mTLS). No retry fixes those.
-func isTLSConfigErr(err error) bool {
-	var (
-		unknownCA x509.UnknownAuthorityError
-		host      x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		verify    *tls.CertificateVerificationError
-		alert     tls.AlertError
-	)
-	if errors.As(err, &unknownCA) || errors.As(err, &host) || errors.As(err, &invalid) || errors.As(err, &verify) {
-		return true
-	}
-	if errors.As(err, &alert) {
-		switch alert {
-		case 42, 43, 44, 45, 46, 48, 116: // bad, unsupported, revoked, expired, unknown certificate; unknown CA; certificate required
-			return true
-		}
-	}
-	return false
-}
+func isTLSConfigErr(err error) bool { return kafkaconf.IsCertificateError(err) }
 
 // isUnknownTopic reports whether err says a topic or partition does not exist.
 func isUnknownTopic(err error) bool {

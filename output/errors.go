@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
 )
 
 // Sentinel errors. Every error the output returns for an epoch wraps one of
@@ -87,7 +89,7 @@ func isFenceErr(err error) bool {
 func isAuthErr(err error) bool {
 	return errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.TopicAuthorizationFailed) ||
 		errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.SaslAuthenticationFailed) ||
-		errors.Is(err, kerr.GroupAuthorizationFailed)
+		errors.Is(err, kerr.GroupAuthorizationFailed) || kafkaconf.IsCertificateError(err)
 }
 
 // isDefinite reports whether an EndTxn error is the broker's definite answer
