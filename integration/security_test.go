@@ -542,7 +542,6 @@ func fatalCases(h *secHarness) []fatalCase {
 			name: "UntrustedClientCertificate",
 			conn: all(secConn{user: s.Allowed, mech: "none", brokers: s.MTLSBrokers, certFile: h.badCert, keyFile: h.badKey}),
 			want: func(secNames) []string { return []string{"tls"} },
-			gap:  "a TLS handshake the broker refuses (remote error: tls: certificate required, a tls.AlertError) is not fatal in kafka_native or kafka_eos: both retry Connect forever",
 		},
 		{
 			name: "NoACLs",
