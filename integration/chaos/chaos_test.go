@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -34,6 +35,8 @@ type knobs struct {
 	zombies        int     // CHAOS_ZOMBIES: rounds that start a second process with the same transactional_id
 	processes      int     // CHAOS_PROCESSES: connect-eos processes (1 or 2; 2 pin one input partition each)
 	rate           int     // CHAOS_RATE: records/s over all processes (0: unthrottled)
+	maxInFlight    int     // CHAOS_MAX_IN_FLIGHT: the output's max_in_flight in the 2to3 variant (0: its default, 64)
+	batch          int     // CHAOS_BATCH: the input's max_batch_records (0: its default, 1024)
 	step           float64 // CHAOS_STEP: each round waits for at least this share of the remaining records
 	tvs            []int   // CHAOS_TVS: transaction versions (default 0,2)
 	runs           []string
@@ -56,19 +59,25 @@ func envInt(t *testing.T, name string, def int) int {
 
 func loadKnobs(t *testing.T) knobs {
 	k := knobs{
-		records:        envInt(t, "CHAOS_RECORDS", 20000),
+		records:        envInt(t, "CHAOS_RECORDS", 40000),
 		kills:          envInt(t, "CHAOS_KILLS", 3),
 		sigterms:       envInt(t, "CHAOS_SIGTERMS", 1),
 		brokerRestarts: envInt(t, "CHAOS_BROKER_RESTARTS", 2),
 		zombies:        envInt(t, "CHAOS_ZOMBIES", 1),
 		processes:      envInt(t, "CHAOS_PROCESSES", 1),
-		rate:           envInt(t, "CHAOS_RATE", 1500),
-		step:           0.2,
-		tvs:            []int{0, 2},
-		runs:           []string{"plain/2to3", "plain/1to1", "k2k/2to3", "k2k/1to1", "dedupe/2to3"},
-		seed:           uint64(time.Now().UnixNano()),
-		timeout:        10 * time.Minute,
-		keep:           os.Getenv("CHAOS_KEEP") == "1",
+		rate:           envInt(t, "CHAOS_RATE", 2000),
+		// While the broker is down the pipeline goes on handing batches to
+		// the output until max_in_flight wait (64 x 1024 records by
+		// default): at CI scale that would be the whole remaining input, and
+		// the copy would end before the last rounds.
+		maxInFlight: envInt(t, "CHAOS_MAX_IN_FLIGHT", 8),
+		batch:       envInt(t, "CHAOS_BATCH", 256),
+		step:        0.2,
+		tvs:         []int{0, 2},
+		runs:        []string{"plain/2to3", "plain/1to1", "k2k/2to3", "k2k/1to1", "dedupe/2to3"},
+		seed:        uint64(time.Now().UnixNano()),
+		timeout:     10 * time.Minute,
+		keep:        os.Getenv("CHAOS_KEEP") == "1",
 	}
 	if v := os.Getenv("CHAOS_STEP"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
@@ -268,6 +277,8 @@ type runCfg struct {
 	txnID         string
 	processes     int
 	rate          int
+	maxInFlight   int
+	batch         int
 }
 
 // config writes the connect-eos config of process slot i.
@@ -291,9 +302,11 @@ input:
     start_offset: committed
     reset_offset: earliest
     stop_offset: latest
-pipeline:
-  threads: 1
 `, c.brokers, topics, c.group)
+	if c.batch > 0 {
+		fmt.Fprintf(&b, "    max_batch_records: %d\n", c.batch)
+	}
+	b.WriteString("pipeline:\n  threads: 1\n")
 	if c.rate > 0 {
 		b.WriteString("  processors:\n    - rate_limit:\n        resource: throttle\n")
 	}
@@ -309,6 +322,9 @@ pipeline:
 	switch c.variant {
 	case "2to3":
 		b.WriteString("    key: '${! content() }'\n    partitioner: murmur2\n")
+		if c.maxInFlight > 0 {
+			fmt.Fprintf(&b, "    max_in_flight: %d\n", c.maxInFlight)
+		}
 	case "1to1":
 		// Order per partition needs one batch in flight (kafka_native docs).
 		b.WriteString("    partitioner: manual\n    partition: '${! metadata(\"kafka_partition\") }'\n    max_in_flight: 1\n")
@@ -383,7 +399,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		mode: mode, variant: variant, brokers: b.addr,
 		in: "lint-in", out: "lint-out", outParts: outParts,
 		group: uniq + "-group", state: uniq + "-state", txnID: uniq,
-		processes: k.processes, rate: k.rate,
+		processes: k.processes, rate: k.rate, maxInFlight: k.maxInFlight, batch: k.batch,
 	}
 	// Does the binary know this mode's fields yet?
 	lintConf, err := c.config(logDir, 0)
@@ -698,10 +714,10 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	slices.Sort(dec)
 	summary := fmt.Sprintf("chaos: mode=%s variant=%s tv=%d processes=%d records_in=%d records_out=%d duplicates=%d missing=%d extra=%d "+
 		"kills=%d sigterms=%d broker_restarts=%d (kill9=%d clean=%d) zombies=%d zombie_exit=%v unplanned_exits=%d in_doubt_resolved={%s} "+
-		"rate=%d seed=%d copy_s=%.0f",
+		"rate=%d max_in_flight=%s batch=%d seed=%d copy_s=%.0f",
 		mode, variant, b.tv, k.processes, n, total, dups, missing, extra,
 		st.kills, st.sigterms, st.brokerHard+st.brokerClean, st.brokerHard, st.brokerClean, st.zombies, st.zombieExits,
-		len(st.unplanned), strings.Join(dec, " "), k.rate, seed, copied.Seconds())
+		len(st.unplanned), strings.Join(dec, " "), k.rate, inFlight(variant, k.maxInFlight), cmp.Or(k.batch, 1024), seed, copied.Seconds())
 	fmt.Println(summary)
 	t.Log(summary)
 	if f := os.Getenv("CHAOS_SUMMARY"); f != "" {
@@ -846,4 +862,15 @@ func firstDiff(want, got []int) string {
 		}
 	}
 	return fmt.Sprintf("lengths %d and %d", len(want), len(got))
+}
+
+// inFlight names the output's max_in_flight of a run, for the summary.
+func inFlight(variant string, knob int) string {
+	switch {
+	case variant == "1to1":
+		return "1"
+	case knob > 0:
+		return strconv.Itoa(knob)
+	}
+	return "64"
 }
