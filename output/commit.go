@@ -190,8 +190,15 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	ectx, ecancel := context.WithTimeout(ctx, o.conf.commitBudget)
 	err = o.endTxn(ep.slot.cl, ectx, kgo.TryCommit)
 	ecancel()
+	if err == nil {
+		err = o.verifyCommit(ctx, ep.slot, rec)
+	}
 	switch {
 	case err == nil:
+	case errors.Is(err, errCommitNotApplied):
+		if !o.resolveInDoubt(ctx, ep, rec, err) {
+			return
+		}
 	case isAuthErr(err):
 		o.stopInDoubt(ep, rec, fmt.Errorf("end transaction: %w", err))
 		return
@@ -208,7 +215,6 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	if o.hook(stepEnded, ep) {
 		return
 	}
-	o.checkTxnVersion(ctx, ep.slot, rec)
 	o.m.epochCommitted()
 	o.m.commitTiming(since(start))
 
@@ -255,21 +261,48 @@ func (o *output) writeRetry(ctx context.Context, n int, r txnstate.Record) bool 
 	}
 }
 
-// checkTxnVersion compares the producer epoch after a commit with the stored
-// transaction version: under TV2 EndTxn bumps it. A mismatch means the version
-// changed under us (a cluster upgrade); later PREPAREs use what was observed.
-func (o *output) checkTxnVersion(ctx context.Context, s *slot, rec txnstate.Record) {
-	if s.broken {
-		return
-	}
+// errCommitNotApplied: EndTransaction(commit) returned nil, yet the broker
+// still shows the transaction open at the stored producer id and epoch.
+var errCommitNotApplied = errors.New("EndTransaction returned success but the transaction is still open")
+
+// verifyCommit checks, after franz-go's EndTransaction(commit) returned nil,
+// that the broker did end the transaction, before anything is acked
+// (invariant I2). Under TV2 the EndTxn bumps the producer epoch, which the
+// client then reports: free to check. Under TV0 (or if the epoch did not
+// move) DescribeTransactions must not show the transaction still Ongoing at
+// the stored (pid, epoch). Seen on kfake's pre-KIP-890 flow, about once in
+// 40 runs under the race detector: EndTransaction returned nil, no EndTxn
+// reached the broker, and the epoch's records stayed in an open transaction
+// (later aborted). The resolution is the in-doubt path: a raw EndTxn(commit)
+// with the same id and epoch.
+//
+// It also keeps the slot's transaction version honest: an epoch bump means
+// TV2, CompleteCommit at the same epoch means TV0 (a cluster upgraded or
+// downgraded under us); later PREPAREs store what was observed.
+func (o *output) verifyCommit(ctx context.Context, s *slot, rec txnstate.Record) error {
 	pid, e, err := s.cl.ProducerID(ctx)
-	if err != nil {
-		return
+	if err == nil && (pid != rec.ProducerID || e != rec.ProducerEpoch) {
+		o.setTxnVersion(s, rec, txnstate.TV2)
+		return nil
 	}
-	seen := txnstate.TV0
-	if pid != rec.ProducerID || e != rec.ProducerEpoch {
-		seen = txnstate.TV2
+	dctx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
+	defer cancel()
+	obs, derr := o.describe(dctx, s.id)
+	if derr != nil || !obs.Found || obs.ProducerID != rec.ProducerID {
+		return nil // nothing better to go on than franz-go's answer
 	}
+	switch {
+	case obs.State == txnstate.BrokerOngoing && obs.ProducerEpoch == rec.ProducerEpoch:
+		o.m.tally.add("commit_not_applied", 1)
+		o.log.Warnf("kafka_eos: epoch %d on %q: EndTransaction returned success but the broker shows the transaction still open; resuming the commit", rec.Epoch, s.id)
+		return errCommitNotApplied
+	case (obs.State == txnstate.BrokerCompleteCommit || obs.State == txnstate.BrokerPrepareCommit) && obs.ProducerEpoch == rec.ProducerEpoch:
+		o.setTxnVersion(s, rec, txnstate.TV0)
+	}
+	return nil
+}
+
+func (o *output) setTxnVersion(s *slot, rec txnstate.Record, seen txnstate.TxnVersion) {
 	if seen != s.tv {
 		o.log.Warnf("kafka_eos: %q committed epoch %d under transaction version %d, stored %d; using %d from now on", s.id, rec.Epoch, seen, s.tv, seen)
 		s.tv = seen

@@ -143,17 +143,27 @@ func TestKafkaCommitAndRecover(t *testing.T) {
 func TestKafkaTimedOutWhileDown(t *testing.T) {
 	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
 		res := newResources()
-		yaml := env.yaml("commit_timeout: 500ms\n") + "transaction_timeout: 3s\n"
+		yaml := env.yaml("commit_timeout: 1s\n") + "transaction_timeout: 5s\n"
 		yaml = strings.Replace(yaml, "transaction_timeout: 30s\n", "", 1)
 		a := newTestOutput(t, res, yaml)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		a.hooks = crashAt(stepPrepared, 1)
-		_ = a.WriteBatch(ctx, batchOf("late", 3))
+		if err := a.WriteBatch(ctx, batchOf("late", 3)); !errors.Is(err, errCrash) {
+			t.Fatalf("epoch 1 did not reach PREPARE: %v", err)
+		}
 		r0, _ := slotRecord(t, a, 1)
 		// Wait for the coordinator to abort it (the broker checks every second).
+		var last txnstate.Observation
 		kafkatest.Wait(t, 30*time.Second, func() bool {
 			obs, err := a.describe(ctx, r0.TransactionalID)
+			if err != nil {
+				t.Logf("describe: %v", err)
+			}
+			if err == nil && obs != last {
+				t.Logf("stored %d/%d TV%d; broker: %v", r0.ProducerID, r0.ProducerEpoch, r0.TxnVersion, obs)
+				last = obs
+			}
 			return err == nil && txnstate.Decide(r0, obs) == txnstate.FoundAborted
 		})
 		b := newTestOutput(t, res, yaml)

@@ -70,6 +70,11 @@ func TestCrashRecovery(t *testing.T) {
 				}
 
 				b := newTestOutput(t, res, yaml)
+				defer func() {
+					if n := a.m.tally.get("commit_not_applied") + b.m.tally.get("commit_not_applied"); n > 0 {
+						t.Logf("EndTransaction returned success without committing %d times; caught by verifyCommit", n)
+					}
+				}()
 				r, ok := slotRecord(t, b, txnstate.SlotFor(2, 2))
 				switch {
 				case tc.wantState == "" && ok && r.Epoch == 2:
