@@ -177,6 +177,9 @@ func TestChaos(t *testing.T) {
 			// KAFKA_BROKERS_TV0/2 and KAFKATEST_REQUIRE), or on demand with
 			// CHAOS=1. It starts and bounces its own broker, never those.
 			if os.Getenv("CHAOS") != "1" {
+				if os.Getenv(kafkatest.EnvVar(tv)) == "" {
+					t.Log("the chaos suite starts its own brokers; it runs where the real-broker tests run, or with CHAOS=1")
+				}
 				kafkatest.Brokers(t, tv)
 			}
 			bin := binary(t)
