@@ -456,15 +456,23 @@ func (o *output) toRecords(batch service.MessageBatch) ([]*kgo.Record, error) {
 		}
 		berr = berr.Failed(i, err)
 	}
+	topicX := batch.InterpolationExecutor(o.conf.topic)
+	var keyX, partX *service.MessageBatchInterpolationExecutor
+	if o.conf.key != nil {
+		keyX = batch.InterpolationExecutor(o.conf.key)
+	}
+	if o.conf.partition != nil {
+		partX = batch.InterpolationExecutor(o.conf.partition)
+	}
 	for i, msg := range batch {
-		topic, err := batch.TryInterpolatedString(i, o.conf.topic)
+		topic, err := topicX.TryString(i)
 		if err != nil || topic == "" {
 			fail(i, fmt.Errorf("field %s: %v (topic %q)", keoFieldTopic, err, topic))
 			continue
 		}
 		r := &kgo.Record{Topic: topic}
 		if o.conf.key != nil {
-			k, err := batch.TryInterpolatedBytes(i, o.conf.key)
+			k, err := keyX.TryBytes(i)
 			if err != nil {
 				fail(i, fmt.Errorf("field %s: %w", keoFieldKey, err))
 				continue
@@ -472,7 +480,7 @@ func (o *output) toRecords(batch service.MessageBatch) ([]*kgo.Record, error) {
 			r.Key = k
 		}
 		if o.conf.partition != nil {
-			ps, err := batch.TryInterpolatedString(i, o.conf.partition)
+			ps, err := partX.TryString(i)
 			if err == nil {
 				var p int64
 				p, err = strconv.ParseInt(ps, 10, 32)
