@@ -34,14 +34,16 @@ func init() {
 }
 
 // consoleConsumer reads topic from the beginning with Kafka's own
-// ConsoleConsumer under read_committed, until it has been idle for 3s.
+// ConsoleConsumer under read_committed, until it has been idle for 10s (the
+// idle timeout also covers the JVM start and the group join, which take
+// several seconds on a loaded machine: 3s read nothing once in CI).
 func consoleConsumer(t *testing.T, e *env, topic string) map[int32][]judged {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd, err := kafkatest.ToolCmd(ctx, "consumer.ConsoleConsumer",
 		"--bootstrap-server", strings.Join(e.brokers, ","), "--topic", topic, "--from-beginning",
-		"--isolation-level", "read_committed", "--timeout-ms", "3000",
+		"--isolation-level", "read_committed", "--timeout-ms", "10000",
 		"--formatter-property", "print.partition=true", "--formatter-property", "print.offset=true")
 	require.NoError(t, err)
 	var stdout bytes.Buffer
