@@ -559,7 +559,6 @@ func fatalCases(h *secHarness) []fatalCase {
 			conn: denied,
 			acls: swap("topic", out, kadm.OpWrite, kadm.OpDescribe),
 			want: named("TOPIC_AUTHORIZATION_FAILED", out),
-			gap:  "kafka_eos names the slot's transactional id, not the topic, in TOPIC_AUTHORIZATION_FAILED",
 		},
 		{
 			name: "MissingStateTopicWrite",

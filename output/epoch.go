@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/connect-eos/connect-eos/input"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -18,6 +19,8 @@ type batchRef struct {
 	batch service.MessageBatch
 	recs  []*kgo.Record // recs[i] is message i
 	errs  map[int]error // guarded by epoch.mu: per-message produce failures
+	// spans are the source ranges of the batch (Kafka-to-Kafka mode).
+	spans []input.Span
 }
 
 type topicPartition struct {
@@ -98,9 +101,11 @@ func (ep *epoch) promise(ref *batchRef, i int) func(*kgo.Record, error) {
 			rerr := &RecordError{Topic: r.Topic, Partition: r.Partition, Size: recordSize(r), Err: err}
 			if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, kerr.InvalidRecord) && !errors.Is(err, kerr.RecordListTooLarge) {
 				// Not this message's fault: the epoch fails, but the
-				// message is not blamed on its own.
+				// message is not blamed on its own. The topic is named
+				// all the same: TOPIC_AUTHORIZATION_FAILED alone does
+				// not say which WRITE ACL is missing.
 				if !ep.failed {
-					ep.failed, ep.firstErr = true, err
+					ep.failed, ep.firstErr = true, fmt.Errorf("producing to topic %q: %w", r.Topic, err)
 				}
 				return
 			}
@@ -126,6 +131,15 @@ func recordSize(r *kgo.Record) int {
 		n += len(h.Key) + len(h.Value)
 	}
 	return n
+}
+
+// spans returns the source spans of every batch (Kafka-to-Kafka mode).
+func (ep *epoch) spans() []input.Span {
+	var out []input.Span
+	for _, b := range ep.batches {
+		out = append(out, b.spans...)
+	}
+	return out
 }
 
 // partitions returns the partitions written, for the PREPARE record.
