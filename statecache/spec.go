@@ -102,7 +102,9 @@ func newCacheFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*Ca
 	if err != nil {
 		return nil, err
 	}
-	conn.LogWarnings(mgr.Logger())
+	if mgr != nil {
+		conn.LogWarnings(mgr.Logger())
+	}
 	topic, err := conf.FieldString(ksFieldTopic)
 	if err != nil {
 		return nil, err
