@@ -3,6 +3,7 @@ package input
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 )
@@ -58,7 +59,12 @@ func SpanOf(msg *service.Message) (Span, bool) {
 	return s, ok
 }
 
-func withSpan(msgs service.MessageBatch, s Span) {
+func withSpan(msgs service.MessageBatch, s Span) { WithSpan(msgs, s) }
+
+// WithSpan stamps every message of msgs with the span s, as the input does:
+// for a processor that builds new messages from read ones (copy the span of
+// the originals over) and for tests of a CommitTakeover.
+func WithSpan(msgs service.MessageBatch, s Span) {
 	for i, m := range msgs {
 		msgs[i] = m.WithContext(context.WithValue(m.Context(), spanKey{}, s))
 	}
@@ -84,11 +90,34 @@ type takeoverKey struct{ group string }
 // every kafka_native input of the stream that res belongs to. It fails if the
 // group already has one.
 func RegisterCommitTakeover(res *service.Resources, group string, t CommitTakeover) error {
-	if _, loaded := res.GetOrSetGeneric(takeoverKey{group}, t); loaded {
-		return fmt.Errorf("consumer group %s: another output already commits its offsets", group)
+	takeoverMu.Lock()
+	defer takeoverMu.Unlock()
+	if v, loaded := res.GetOrSetGeneric(takeoverKey{group}, t); loaded {
+		if _, live := v.(CommitTakeover); live {
+			return fmt.Errorf("consumer group %s: another output already commits its offsets", group)
+		}
+		res.SetGeneric(takeoverKey{group}, t)
 	}
 	return nil
 }
+
+// ReleaseCommitTakeover undoes RegisterCommitTakeover of t (an output that
+// closed, or a test modelling a new process on the same resources); it does
+// nothing if another takeover is registered.
+func ReleaseCommitTakeover(res *service.Resources, group string, t CommitTakeover) {
+	takeoverMu.Lock()
+	defer takeoverMu.Unlock()
+	if v, ok := res.GetGeneric(takeoverKey{group}); ok && v == t {
+		res.SetGeneric(takeoverKey{group}, released{})
+	}
+}
+
+// takeoverMu makes register and release atomic (Resources has no
+// compare-and-swap).
+var takeoverMu sync.Mutex
+
+// released marks a group whose takeover closed.
+type released struct{}
 
 func lookupTakeover(res *service.Resources, group string) (CommitTakeover, bool) {
 	v, ok := res.GetGeneric(takeoverKey{group})

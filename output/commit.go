@@ -9,6 +9,7 @@ import (
 	"github.com/Jeffail/shutdown"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/connect-eos/connect-eos/input"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -136,9 +137,6 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		return
 	}
 	ep.advance(txnstate.PhaseFlushed)
-	if o.hook(stepProduced, ep) {
-		return
-	}
 
 	pid, pepoch, err := ep.slot.cl.ProducerID(dctx)
 	if err == nil && (pid != ep.pid || pepoch != ep.pepoch) {
@@ -151,6 +149,39 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		o.abortEpoch(ctx, ep, fmt.Errorf("producer id: %w", err), false)
 		return
 	}
+
+	// Step 2 (Kafka-to-Kafka): the source offsets this epoch may commit
+	// go into its transaction.
+	o.mu.Lock()
+	records := ep.records
+	o.mu.Unlock()
+	var spans []input.Span
+	var offs []plannedOffset
+	if o.k2k != nil {
+		spans = ep.spans()
+		offs = o.k2k.plan(spans, o.log)
+		if len(offs) > 0 {
+			if err := o.sendOffsets(dctx, ep, offs); err != nil {
+				o.abortEpoch(ctx, ep, fmt.Errorf("source offsets: %w", err), false)
+				return
+			}
+		}
+	}
+	if records == 0 && len(offs) == 0 {
+		// Nothing to commit (an epoch opened for offsets that an
+		// earlier epoch carried): an empty transaction is never
+		// committed. franz-go began nothing on the broker.
+		if err := ep.slot.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+			ep.slot.broken = true
+		}
+		o.finish(ep, nil)
+		o.rewarm(ctx, ep.slot)
+		o.releaseSlot(ep.slot)
+		return
+	}
+	if o.hook(stepProduced, ep) {
+		return
+	}
 	rec := txnstate.Record{
 		Format:          txnstate.FormatVersion,
 		TransactionalID: ep.slot.id,
@@ -160,6 +191,10 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		TxnVersion:      ep.slot.tv,
 		State:           txnstate.Prepared,
 		Partitions:      ep.partitions(),
+	}
+	if len(offs) > 0 {
+		rec.Group = o.k2k.group
+		rec.SourceOffsets = sourceOffsets(offs)
 	}
 	pctx, pcancel := context.WithTimeout(dctx, o.conf.commitBudget)
 	err = o.store.writeSlot(pctx, ep.slot.n, rec)
@@ -188,11 +223,15 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	o.mu.Unlock()
 	ep.advance(txnstate.PhaseEnding)
 	ectx, ecancel := context.WithTimeout(ctx, o.conf.commitBudget)
-	err = o.endTxn(ep.slot.cl, ectx, kgo.TryCommit)
-	ecancel()
-	if err == nil {
-		err = o.verifyCommit(ctx, ep.slot, rec)
+	if records > 0 {
+		err = o.endTxn(ep.slot.cl, ectx, kgo.TryCommit)
+		if err == nil {
+			err = o.verifyCommit(ctx, ep.slot, rec)
+		}
+	} else {
+		err = o.endOffsetsOnly(ectx, ep, rec)
 	}
+	ecancel()
 	switch {
 	case err == nil:
 	case errors.Is(err, errCommitNotApplied):
@@ -212,6 +251,9 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		}
 	}
 	ep.advance(txnstate.PhaseCommitted)
+	if o.k2k != nil {
+		o.k2k.commitDone(spans, offs)
+	}
 	if o.hook(stepEnded, ep) {
 		return
 	}
@@ -238,6 +280,28 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	o.m.buffered.Set(o.bufferedBytes())
 	o.rewarm(ctx, ep.slot) // after an in-doubt commit the client is spent
 	o.releaseSlot(ep.slot)
+}
+
+// endOffsetsOnly ends an epoch that carries source offsets and no records.
+// franz-go's EndTransaction would send nothing (it only knows of partitions it
+// produced to), so the EndTxn is the raw one, pinned to the slot's transaction
+// version. The client's local transaction is then ended (no request) and the
+// slot re-initialised before its next epoch (under TV2 the broker bumped the
+// producer epoch behind the client's back).
+func (o *output) endOffsetsOnly(ctx context.Context, ep *epoch, rec txnstate.Record) error {
+	res, err := o.rawEndTxn(ctx, rec)
+	_ = ep.slot.cl.EndTransaction(ctx, kgo.TryAbort)
+	ep.slot.broken = true
+	switch res {
+	case txnstate.RetryOK:
+		return nil
+	case txnstate.RetryRejected:
+		return err // definite: the fence path decides
+	}
+	if err == nil {
+		err = errors.New("raw EndTxn: no answer")
+	}
+	return err
 }
 
 // writeRetry writes a final state until it lands or the output stops; the

@@ -36,6 +36,9 @@ type config struct {
 	batching        service.BatchPolicy
 	override        txnstate.Override
 	mode            txnstate.Mode
+	// group is the consumer group whose offsets the output commits
+	// (Kafka-to-Kafka mode), "" in plain mode.
+	group string
 }
 
 // ErrConfig is wrapped by every configuration error; the message names the
@@ -157,6 +160,12 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	}
 	if c.batching, err = conf.FieldBatchPolicy(keoFieldBatching); err != nil {
 		return nil, fieldErr(keoFieldBatching, err)
+	}
+	if c.group, err = conf.FieldString(keoFieldConsumerGroup); err != nil {
+		return nil, fieldErr(keoFieldConsumerGroup, err)
+	}
+	if c.group != "" {
+		c.mode = txnstate.KafkaToKafka
 	}
 	return c, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/connect-eos/connect-eos/input"
 	"github.com/connect-eos/connect-eos/internal/fatal"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
@@ -47,6 +48,12 @@ type output struct {
 	admin     *kgo.Client // non-transactional: kadm and raw requests
 	clusterTV txnstate.TxnVersion
 	committer *committer
+	// k2k is the Kafka-to-Kafka state (consumer_group set), nil otherwise.
+	k2k *k2k
+	// readyCh is closed once the first Connect finished its recovery (the
+	// CommitTakeover's Ready).
+	readyCh   chan struct{}
+	readyOnce sync.Once
 	runCtx    context.Context // cancelled at Close
 	runCancel context.CancelFunc
 	closedCh  chan struct{}
@@ -75,15 +82,25 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 		return nil, err
 	}
 	c.conn.LogWarnings(res.Logger())
-	return &output{
+	o := &output{
 		conf:     c,
 		res:      res,
 		log:      res.Logger(),
 		m:        newMetrics(res.Metrics()),
 		store:    &stateStore{res: res, cache: c.stateCache, prefix: c.transactionalID},
 		closedCh: make(chan struct{}),
+		readyCh:  make(chan struct{}),
 		endTxn:   (*kgo.Client).EndTransaction,
-	}, nil
+	}
+	if c.group != "" {
+		// Benthos constructs every component before any connects: the
+		// kafka_native input of this group finds us at its Connect.
+		o.k2k = newK2K(c.group)
+		if err := input.RegisterCommitTakeover(res, c.group, o); err != nil {
+			return nil, fieldErr(keoFieldConsumerGroup, err)
+		}
+	}
+	return o, nil
 }
 
 // Connect recovers in-doubt epochs from the state cache, then initialises
@@ -149,12 +166,23 @@ func (o *output) connectLocked(ctx context.Context) error {
 		}
 		return err
 	}
+	if o.k2k != nil {
+		// After recovery (a resumed epoch moved the offsets) and the
+		// slots' InitProducerID (which aborted what was still open).
+		if err := o.loadCommitted(ctx); err != nil {
+			for _, s := range slots {
+				s.cl.Close()
+			}
+			return err
+		}
+	}
 	o.slots = slots
 	o.nextEpoch = rec.nextEpoch
 	o.runCtx, o.runCancel = context.WithCancel(context.Background())
 	o.committer = newCommitter(o)
 	go o.committer.run()
 	o.connected = true
+	o.readyOnce.Do(func() { close(o.readyCh) })
 	o.log.Infof("kafka_eos: %d slots of %q ready (transaction version %d), next epoch %d", len(slots), o.conf.transactionalID, tv, o.nextEpoch)
 	return nil
 }
@@ -192,6 +220,9 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		return err
 	}
 	ref := &batchRef{batch: batch, recs: recs}
+	if o.k2k != nil {
+		ref.spans = spansOf(batch)
+	}
 	ep.batches = append(ep.batches, ref)
 	ep.records += len(recs)
 	ep.bytes += size
@@ -555,6 +586,9 @@ func (o *output) Close(ctx context.Context) error {
 		o.runCancel()
 	}
 	close(o.closedCh)
+	if o.k2k != nil {
+		input.ReleaseCommitTakeover(o.res, o.conf.group, o)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, s := range o.slots {

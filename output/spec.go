@@ -38,6 +38,7 @@ const (
 	keoFieldBatching          = "batching"
 	keoFieldRecoveryOverride  = "recovery_override"
 	keoFieldCommitBudget      = "commit_timeout"
+	keoFieldConsumerGroup     = "consumer_group"
 	keoPartitionerMurmur2     = "murmur2"
 	keoPartitionerManual      = "manual"
 	keoPartitionerRoundRobin  = "round_robin"
@@ -212,6 +213,17 @@ forced_aborted) and `+"`kafka_eos_fenced`"+`.
 			service.NewStringEnumField(keoFieldRecoveryOverride, keoOverrideNone, keoOverrideForceCommitted, keoOverrideForceAborted).
 				Description("For operators only: how to decide an in-doubt epoch that neither the broker's transaction state nor the Fetch probe identifies (its records were deleted or compacted away). `none` (the default) refuses to start.").
 				Default(keoOverrideNone).
+				Advanced(),
+			service.NewStringField(keoFieldConsumerGroup).
+				Description("Kafka-to-Kafka mode: the consumer group whose offsets this output commits inside its transactions. "+
+					"Set it to the `consumer_group` of a `kafka_native` input in the same process (the same stream): the input then never commits "+
+					"that group itself, waits for this output's start-up recovery before it reads the committed offsets, and every epoch commits "+
+					"the source offsets of its records (the end of the contiguous run of acknowledged ranges per partition, never backwards) atomically "+
+					"with them, so that the copy is exactly-once end to end. Ranges acknowledged without reaching this output (filtered batches, "+
+					"transaction markers, a bounded read's stops) are committed with the next epoch, or an epoch of offsets only. "+
+					"Only one output per group. Without a `kafka_native` input of that group nothing calls this output's offset hand-over: "+
+					"no source offsets are committed and the output behaves as in plain mode (this cannot be checked at construction, the input registers lazily).").
+				Default("").
 				Advanced(),
 			service.NewBatchPolicyField(keoFieldBatching),
 		).

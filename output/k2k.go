@@ -1,0 +1,470 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/connect-eos/connect-eos/input"
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// Kafka-to-Kafka mode (consumer_group set): the output is the group's
+// input.CommitTakeover. Every epoch commits, at step 2 of the commit sequence
+// (after its records are flushed, before PREPARE), the source offsets it may
+// commit (invariant I8) with AddOffsetsToTxn + TxnOffsetCommit on its slot's
+// transaction, so that they commit or abort with its records (I3).
+//
+// What may be committed, per partition, is computed by txnstate.Runs from:
+//   - the group's committed offset (fetched at Connect, after recovery and the
+//     slots' InitProducerID, then what our commits wrote);
+//   - the floor: positions the input hands over (CommitOffsets) for ranges
+//     acknowledged downstream. Everything below such a position is acked:
+//     filtered out, a marker, a stop, or in an epoch that already committed
+//     (an ack follows the commit, I2). So the floor may always be committed;
+//   - the spans (input.SpanOf) of epochs that committed without their run
+//     being contiguous yet (out-of-order batches), and those of the epoch
+//     being committed. Spans of an epoch enter the held set only once it
+//     committed: an aborted epoch's ranges are never part of a run.
+type k2k struct {
+	group string
+
+	mu sync.Mutex
+	// committed is the group's committed offset per partition (absent:
+	// nothing committed, or unknown).
+	committed map[topicPartition]int64
+	floor     map[topicPartition]int64
+	held      []input.Span
+	topicIDs  map[string][16]byte // TxnOffsetCommit v6+ names topics by id
+	changed   chan struct{}       // closed and replaced when committed moves
+}
+
+func newK2K(group string) *k2k {
+	return &k2k{group: group, topicIDs: map[string][16]byte{}, committed: map[topicPartition]int64{}, floor: map[topicPartition]int64{}, changed: make(chan struct{})}
+}
+
+// plannedOffsets is what one epoch commits: the offsets, and per offset the
+// group generation and member id to send it with.
+type plannedOffset struct {
+	txnstate.SourceOffset
+	generation int32
+	memberID   string
+}
+
+// plan computes the offsets epoch spans let us commit now. It changes
+// nothing: commitDone does, once the epoch committed.
+func (k *k2k) plan(spans []input.Span, log *service.Logger) []plannedOffset {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var r txnstate.Runs
+	for tp, c := range k.committed {
+		r.SetCommitted(tp.topic, tp.partition, c)
+	}
+	for tp, f := range k.floor {
+		r.SetCommitted(tp.topic, tp.partition, f)
+	}
+	for _, s := range k.held {
+		if err := r.Add(s.Topic, s.Partition, s.From, s.To); err != nil {
+			log.Warnf("kafka_eos: group %s: %v (held span ignored: its partition's offset stays put until the input reports past it)", k.group, err)
+		}
+	}
+	// The generation and member id stamped on the epoch's batches at fetch
+	// time (KIP-447); the latest generation wins within a partition.
+	type gm struct {
+		gen int32
+		mem string
+	}
+	stamp := map[topicPartition]gm{}
+	for _, s := range spans {
+		if err := r.Add(s.Topic, s.Partition, s.From, s.To); err != nil {
+			log.Warnf("kafka_eos: group %s: %v (span ignored: its partition's offset stays put until the input reports past it)", k.group, err)
+			continue
+		}
+		tp := topicPartition{s.Topic, s.Partition}
+		if cur, ok := stamp[tp]; !ok || s.Generation > cur.gen {
+			stamp[tp] = gm{s.Generation, s.MemberID}
+		}
+	}
+	targets := map[topicPartition]int64{}
+	for _, so := range r.Next() {
+		targets[topicPartition{so.Topic, so.Partition}] = so.Offset
+	}
+	for tp, f := range k.floor {
+		if t, ok := targets[tp]; !ok || f > t {
+			targets[tp] = f
+		}
+	}
+	var out []plannedOffset
+	for tp, off := range targets {
+		c, known := k.committed[tp]
+		if _, ok := k.floor[tp]; ok {
+			known = true
+		}
+		if !known {
+			// Nothing committed and nothing handed over yet: where the
+			// input started is unknown, and the lowest span held may
+			// not be it (batches arrive out of order). Wait for the
+			// input's first hand-over rather than skip a range.
+			continue
+		}
+		if off <= c {
+			continue // never backwards, nothing new
+		}
+		// A partition advanced only by the floor (or by spans of earlier
+		// epochs) carries no stamp of this epoch: it is sent without
+		// group metadata (generation -1, no member id), which the
+		// coordinator accepts for transactional commits.
+		st, ok := stamp[tp]
+		if !ok {
+			st = gm{-1, ""}
+		}
+		out = append(out, plannedOffset{SourceOffset: txnstate.SourceOffset{Topic: tp.topic, Partition: tp.partition, Offset: off}, generation: st.gen, memberID: st.mem})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
+// commitDone records a committed epoch: its spans are held (until the
+// committed offsets pass them) and its offsets are the group's.
+func (k *k2k) commitDone(spans []input.Span, offs []plannedOffset) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, o := range offs {
+		tp := topicPartition{o.Topic, o.Partition}
+		if c, ok := k.committed[tp]; !ok || o.Offset > c {
+			k.committed[tp] = o.Offset
+		}
+	}
+	k.held = append(k.held, spans...)
+	kept := k.held[:0]
+	for _, s := range k.held {
+		c, ok := k.committed[topicPartition{s.Topic, s.Partition}]
+		f, fok := k.floor[topicPartition{s.Topic, s.Partition}]
+		if (ok && s.To <= c) || (fok && s.To <= f) {
+			continue
+		}
+		kept = append(kept, s)
+	}
+	clear(k.held[len(kept):])
+	k.held = kept
+	if len(offs) > 0 {
+		close(k.changed)
+		k.changed = make(chan struct{})
+	}
+}
+
+// addFloor takes acknowledged positions (max with what is held) and reports
+// whether any is not committed yet.
+func (k *k2k) addFloor(offsets map[string]map[int32]int64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	pending := false
+	for t, ps := range offsets {
+		for p, off := range ps {
+			tp := topicPartition{t, p}
+			if f, ok := k.floor[tp]; !ok || off > f {
+				k.floor[tp] = off
+			}
+			// Nothing committed reads as 0: nothing lies below it.
+			if k.floor[tp] > k.committed[tp] {
+				pending = true
+			}
+		}
+	}
+	return pending
+}
+
+// covered reports whether every position of offsets is committed, and the
+// channel closed at the next change.
+func (k *k2k) covered(offsets map[string]map[int32]int64) (bool, <-chan struct{}) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for t, ps := range offsets {
+		for p, off := range ps {
+			if k.committed[topicPartition{t, p}] < off {
+				return false, k.changed
+			}
+		}
+	}
+	return true, k.changed
+}
+
+// loadCommitted reads the group's committed offsets (stable: pending
+// transactional commits resolved) at Connect, after recovery.
+func (o *output) loadCommitted(ctx context.Context) error {
+	k := o.k2k
+	resp, err := kadm.NewClient(o.admin).FetchOffsets(kadm.RequireStable(ctx), k.group)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			return nil
+		}
+		return fmt.Errorf("kafka_eos: fetching the committed offsets of group %s: %w", k.group, err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	resp.Each(func(r kadm.OffsetResponse) {
+		if r.At < 0 {
+			return
+		}
+		tp := topicPartition{r.Topic, r.Partition}
+		if c, ok := k.committed[tp]; !ok || r.At > c {
+			k.committed[tp] = r.At
+		}
+	})
+	return nil
+}
+
+// Ready implements input.CommitTakeover: it returns once the output's
+// Connect-time recovery finished (and the group's committed offsets are
+// final).
+func (o *output) Ready(ctx context.Context) error {
+	select {
+	case <-o.readyCh:
+		return nil
+	case <-o.closedCh:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// CommitOffsets implements input.CommitTakeover: positions acknowledged
+// downstream, committed with the next epoch (one of offsets only if no epoch
+// is open). With a deadline on ctx it returns once they are committed.
+func (o *output) CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error {
+	k := o.k2k
+	if k == nil {
+		return errors.New("kafka_eos: no consumer_group")
+	}
+	if !k.addFloor(offsets) {
+		return nil
+	}
+	_, wait := ctx.Deadline()
+	for {
+		if err := o.ensureEpoch(ctx); err != nil {
+			return err
+		}
+		if !wait {
+			return nil
+		}
+		ok, ch := k.covered(offsets)
+		if ok {
+			return nil
+		}
+		// Re-check now and then: the epoch that was to carry the
+		// offsets may have aborted (then another one is opened).
+		select {
+		case <-ch:
+		case <-time.After(o.conf.epochInterval + 50*time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("kafka_eos: committing the offsets of group %s: %w", k.group, ctx.Err())
+		case <-o.closedCh:
+			return ErrClosed
+		}
+		if ok, _ := k.covered(offsets); ok {
+			return nil
+		}
+	}
+}
+
+// ensureEpoch makes sure an epoch that has not reached its commit yet will
+// carry the pending offsets: the open one, or a new one (sealed at once if no
+// batch is in flight: an epoch of offsets only).
+func (o *output) ensureEpoch(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stopErr != nil {
+		return o.stopErr
+	}
+	if o.open != nil {
+		return nil
+	}
+	ep, err := o.joinLocked(ctx)
+	if err != nil {
+		return err
+	}
+	if o.shouldSealLocked(ep) {
+		o.sealLocked(ep)
+	}
+	return nil
+}
+
+// spansOf returns the distinct spans of a batch's messages.
+func spansOf(batch service.MessageBatch) []input.Span {
+	var out []input.Span
+	for _, m := range batch {
+		s, ok := input.SpanOf(m)
+		if !ok {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1] == s {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// sendOffsets adds the group to the slot's open transaction and commits the
+// offsets in it (one TxnOffsetCommit per generation and member id), with the
+// producer id and epoch the transaction began with. The requests go through
+// the slot's client, which routes them to the transaction and group
+// coordinators; franz-go is not told (its EndTransaction still sends EndTxn
+// when records were produced; an epoch of offsets only ends with a raw
+// EndTxn).
+func (o *output) sendOffsets(ctx context.Context, ep *epoch, offs []plannedOffset) error {
+	s := ep.slot
+	add := kmsg.NewPtrAddOffsetsToTxnRequest()
+	add.TransactionalID = s.id
+	add.ProducerID = ep.pid
+	add.ProducerEpoch = ep.pepoch
+	add.Group = o.k2k.group
+	if err := retryRetriable(ctx, func() error {
+		resp, err := add.RequestWith(ctx, s.cl)
+		if err != nil {
+			return err
+		}
+		return kerr.ErrorForCode(resp.ErrorCode)
+	}); err != nil {
+		return fmt.Errorf("AddOffsetsToTxn(%s): %w", o.k2k.group, err)
+	}
+	ids, err := o.topicIDs(ctx, offs)
+	if err != nil {
+		return err
+	}
+	type gm struct {
+		gen int32
+		mem string
+	}
+	byGM := map[gm][]plannedOffset{}
+	var order []gm
+	for _, po := range offs {
+		g := gm{po.generation, po.memberID}
+		if _, ok := byGM[g]; !ok {
+			order = append(order, g)
+		}
+		byGM[g] = append(byGM[g], po)
+	}
+	for _, g := range order {
+		req := kmsg.NewPtrTxnOffsetCommitRequest()
+		req.TransactionalID = s.id
+		req.Group = o.k2k.group
+		req.ProducerID = ep.pid
+		req.ProducerEpoch = ep.pepoch
+		req.Generation = g.gen
+		req.MemberID = g.mem
+		idx := map[string]int{}
+		for _, po := range byGM[g] {
+			i, ok := idx[po.Topic]
+			if !ok {
+				i = len(req.Topics)
+				idx[po.Topic] = i
+				t := kmsg.NewTxnOffsetCommitRequestTopic()
+				t.Topic = po.Topic
+				t.TopicID = ids[po.Topic]
+				req.Topics = append(req.Topics, t)
+			}
+			p := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			p.Partition = po.Partition
+			p.Offset = po.Offset
+			p.LeaderEpoch = -1
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
+		}
+		if err := retryRetriable(ctx, func() error {
+			resp, err := req.RequestWith(ctx, s.cl)
+			if err != nil {
+				return err
+			}
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+						return fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err)
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("TxnOffsetCommit(%s, generation %d, member %q): %w", o.k2k.group, g.gen, g.mem, err)
+		}
+	}
+	return nil
+}
+
+// topicIDs returns the ids of the topics of offs (cached: an id does not
+// change while the topic lives).
+func (o *output) topicIDs(ctx context.Context, offs []plannedOffset) (map[string][16]byte, error) {
+	k := o.k2k
+	k.mu.Lock()
+	var missing []string
+	for _, po := range offs {
+		if _, ok := k.topicIDs[po.Topic]; !ok && !slices.Contains(missing, po.Topic) {
+			missing = append(missing, po.Topic)
+		}
+	}
+	k.mu.Unlock()
+	if len(missing) > 0 {
+		tds, err := kadm.NewClient(o.admin).ListTopics(ctx, missing...)
+		if err != nil {
+			return nil, fmt.Errorf("topic ids of %v: %w", missing, err)
+		}
+		k.mu.Lock()
+		for _, td := range tds {
+			if td.Err == nil {
+				k.topicIDs[td.Topic] = td.ID
+			}
+		}
+		k.mu.Unlock()
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.topicIDs), nil
+}
+
+// retryRetriable retries fn while it fails with a retriable Kafka error code
+// (CONCURRENT_TRANSACTIONS right after a previous EndTxn, a coordinator
+// loading) until ctx ends.
+func retryRetriable(ctx context.Context, fn func() error) error {
+	backoff := 20 * time.Millisecond
+	for {
+		err := fn()
+		var ke *kerr.Error
+		if err == nil || !errors.As(err, &ke) || !ke.Retriable {
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, time.Second)
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last answer %v)", ctx.Err(), err)
+		}
+	}
+}
+
+func sourceOffsets(offs []plannedOffset) []txnstate.SourceOffset {
+	if len(offs) == 0 {
+		return nil
+	}
+	out := make([]txnstate.SourceOffset, len(offs))
+	for i, o := range offs {
+		out[i] = o.SourceOffset
+	}
+	return out
+}

@@ -1,0 +1,417 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/input"
+)
+
+const (
+	k2kIn    = "in"
+	k2kGroup = "copy"
+)
+
+// groupOffsets returns the group's committed offsets of topic, by partition.
+func groupOffsets(t testing.TB, brokers []string, group, topic string) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).FetchOffsets(kadm.RequireStable(ctx), group)
+	out := map[int32]int64{}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return out
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Each(func(r kadm.OffsetResponse) {
+		if r.Topic == topic && r.Err == nil && r.At >= 0 {
+			out[r.Partition] = r.At
+		}
+	})
+	return out
+}
+
+// endOffsets returns the high watermarks of topic.
+func endOffsets(t testing.TB, brokers []string, topic string) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// fillInput produces n records "v-<i>" to topic, spread over its partitions.
+func fillInput(t testing.TB, brokers []string, topic string, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Key: []byte(strconv.Itoa(i)), Value: []byte(fmt.Sprintf("v-%d", i))}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// copyYAML is a bounded kafka_native -> kafka_eos copy on one group. With
+// drop, records whose number is a multiple of 7 are filtered out, and whole
+// batches: with 3 partitions filled round-robin and batches of 5, records
+// [15m, 15m+15) are one batch per partition, dropped when m % 3 == 1.
+func copyYAML(brokers []string, txnID string, drop bool, extraProc string) string {
+	proc := ""
+	if drop {
+		proc = `
+    - mapping: |
+        let i = content().string().trim_prefix("v-").number()
+        root = if $i % 7 == 0 || ($i / 15).floor() % 3 == 1 { deleted() } else { content() }`
+	}
+	return fmt.Sprintf(`
+logger: { level: warn }
+input:
+  kafka_native:
+    seed_brokers: [ %[1]s ]
+    topics: [ %[2]s ]
+    consumer_group: %[3]s
+    start_offset: committed
+    reset_offset: earliest
+    stop_offset: latest
+    max_batch_records: 5
+    commit_period: 100ms
+pipeline:
+  processors:
+    - mapping: 'root = content()'%[6]s%[7]s
+output:
+  kafka_eos:
+    seed_brokers: [ %[1]s ]
+    topic: %[4]s
+    key: ${! meta("kafka_key") }
+    transactional_id: %[5]s
+    consumer_group: %[3]s
+    state_cache: state
+    epoch: { interval: 20ms }
+    max_in_flight: 4
+cache_resources:
+  - label: state
+    memory: {}
+`, strings.Join(brokers, ","), k2kIn, k2kGroup, testTopic, txnID, proc, extraProc)
+}
+
+func buildStream(t testing.TB, yaml string) *service.Stream {
+	t.Helper()
+	sb := service.NewStreamBuilder()
+	if err := sb.SetYAML(yaml); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sb.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func runStream(t testing.TB, yaml string, d time.Duration) {
+	t.Helper()
+	s := buildStream(t, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+}
+
+func newK2KCluster(t testing.TB) *kfake.Cluster {
+	return newCluster(t, kfake.SeedTopics(3, k2kIn))
+}
+
+// checkCopy asserts the output holds every input record whose number keep
+// accepts exactly once, and that the group's lag is 0.
+func checkCopy(t testing.TB, brokers []string, n int, keep func(int) bool) {
+	t.Helper()
+	got := readCommitted(t, brokers, testTopic)
+	seen := map[string]int{}
+	for _, v := range got {
+		seen[v]++
+	}
+	var dups, missing, extra []string
+	for v, c := range seen {
+		if c > 1 {
+			dups = append(dups, v)
+		}
+	}
+	want := 0
+	for i := range n {
+		if !keep(i) {
+			if seen[fmt.Sprintf("v-%d", i)] > 0 {
+				extra = append(extra, fmt.Sprintf("v-%d", i))
+			}
+			continue
+		}
+		want++
+		if seen[fmt.Sprintf("v-%d", i)] == 0 {
+			missing = append(missing, fmt.Sprintf("v-%d", i))
+		}
+	}
+	sort.Strings(dups)
+	if len(dups)+len(missing)+len(extra) > 0 || len(got) != want {
+		t.Fatalf("output: %d records, want %d; duplicates %v; missing %v; filtered but present %v", len(got), want, dups, missing, extra)
+	}
+	ends := endOffsets(t, brokers, k2kIn)
+	offs := groupOffsets(t, brokers, k2kGroup, k2kIn)
+	for p, end := range ends {
+		if offs[p] != end {
+			t.Fatalf("group %s: committed %v, want the ends %v (lag 0)", k2kGroup, offs, ends)
+		}
+	}
+}
+
+func TestK2KCopyExactlyOnce(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	const n = 300
+	fillInput(t, brokers, k2kIn, n)
+	runStream(t, copyYAML(brokers, "k2k-copy", false, ""), 60*time.Second)
+	checkCopy(t, brokers, n, func(int) bool { return true })
+
+	// A second run on the same group starts at the committed offsets,
+	// which are the ends: it copies nothing again.
+	runStream(t, copyYAML(brokers, "k2k-copy", false, ""), 60*time.Second)
+	checkCopy(t, brokers, n, func(int) bool { return true })
+}
+
+func TestK2KFilteredBatchesAdvanceOffsets(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	const n = 210 // the last batch of every partition is filtered out
+	fillInput(t, brokers, k2kIn, n)
+	runStream(t, copyYAML(brokers, "k2k-filter", true, ""), 60*time.Second)
+	checkCopy(t, brokers, n, func(i int) bool { return i%7 != 0 && (i/15)%3 != 1 })
+}
+
+// TestK2KStopMidCopyAndRestart stops a stream mid-copy (a slow processor
+// keeps it from finishing), then a new stream on the same group and
+// transactional_id finishes the copy: no duplicates, no loss.
+func TestK2KStopMidCopyAndRestart(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	const n = 400
+	fillInput(t, brokers, k2kIn, n)
+	slow := `
+    - sleep: { duration: 5ms }`
+	s := buildStream(t, copyYAML(brokers, "k2k-restart", false, slow))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	wait(t, 30*time.Second, "some offsets committed", func() bool {
+		var sum int64
+		for _, o := range groupOffsets(t, brokers, k2kGroup, k2kIn) {
+			sum += o
+		}
+		return sum >= n/5
+	})
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := s.Stop(sctx); err != nil {
+		t.Logf("stop: %v", err)
+	}
+	cancel()
+	<-done
+	var sum int64
+	for _, o := range groupOffsets(t, brokers, k2kGroup, k2kIn) {
+		sum += o
+	}
+	if sum >= n {
+		t.Fatalf("the first run finished the copy (%d): not a mid-copy stop", sum)
+	}
+	runStream(t, copyYAML(brokers, "k2k-restart", false, ""), 60*time.Second)
+	checkCopy(t, brokers, n, func(int) bool { return true })
+}
+
+// spanBatch is a batch of n messages stamped with the span [from, to) of
+// partition p of the input topic.
+func spanBatch(prefix string, p int32, from, to int64, n int) service.MessageBatch {
+	b := batchOf(prefix, n)
+	input.WithSpan(b, input.Span{Topic: k2kIn, Partition: p, From: from, To: to, Generation: -1})
+	return b
+}
+
+func k2kOutput(t testing.TB, res *service.Resources, brokers []string, txnID string) *output {
+	return newTestOutput(t, res, baseYAML(brokers, txnID, "consumer_group: "+k2kGroup))
+}
+
+// TestK2KOffsetsOnlyAndOrder: offsets handed over with no records are
+// committed in an epoch of offsets only; a span past a gap does not move the
+// offset until the gap is filled (I8).
+func TestK2KOffsetsOnlyAndOrder(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	o := k2kOutput(t, newResources(), brokers, "k2k-only")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := o.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 5 {
+		t.Fatalf("offsets only: committed %v, want 0:5", got)
+	}
+	if got := readCommitted(t, brokers, testTopic); len(got) != 0 {
+		t.Fatalf("offsets only epoch wrote %v", got)
+	}
+	// [10, 20) arrives before [5, 10): the offset stays at 5.
+	if err := o.WriteBatch(ctx, spanBatch("b", 0, 10, 20, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 5 {
+		t.Fatalf("after [10,20): committed %v, want 0:5", got)
+	}
+	if err := o.WriteBatch(ctx, spanBatch("a", 0, 5, 10, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 20 {
+		t.Fatalf("after [5,10): committed %v, want 0:20", got)
+	}
+	// A position at or below what is committed commits nothing and
+	// returns at once; one above it is committed before the return.
+	if err := o.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 20}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 25, 1: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 25 || got[1] != 3 {
+		t.Fatalf("committed %v, want 0:25 1:3", got)
+	}
+	if r, ok := slotRecord(t, o, 1); !ok || r.Group != k2kGroup {
+		t.Fatalf("slot 0 record %+v: want the group stored", r)
+	}
+	if got := readCommitted(t, brokers, testTopic); len(got) != 5 {
+		t.Fatalf("output %v, want 5 records", got)
+	}
+}
+
+// TestK2KCrashBeforePrepare: the offsets were sent in the transaction, the
+// process dies before PREPARE: the restart aborts it, and neither the records
+// nor the offsets move (I3).
+func TestK2KCrashBeforePrepare(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	res := newResources()
+	o := newUnconnected(t, res, baseYAML(brokers, "k2k-crash", "consumer_group: "+k2kGroup))
+	o.hooks = &testHooks{atStep: func(s commitStep, _ uint64) error {
+		if s == stepProduced {
+			return errCrash
+		}
+		return nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := o.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The input's first hand-over: partition 0 starts at 0.
+	if err := o.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.WriteBatch(ctx, spanBatch("x", 0, 0, 10, 4)); !errors.Is(err, errCrash) {
+		t.Fatalf("write: %v, want the crash", err)
+	}
+	input.ReleaseCommitTakeover(res, k2kGroup, o) // the process died
+	k2kOutput(t, res, brokers, "k2k-crash")
+	if got := readCommitted(t, brokers, testTopic); len(got) != 0 {
+		t.Fatalf("records of the crashed epoch visible: %v", got)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); len(got) != 0 {
+		t.Fatalf("offsets of the crashed epoch committed: %v", got)
+	}
+}
+
+// TestK2KCrashAfterPrepare: the process dies after PREPARE, before EndTxn:
+// the restart resumes the commit (Kafka-to-Kafka), and records and offsets
+// appear together.
+func TestK2KCrashAfterPrepare(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	res := newResources()
+	o := newUnconnected(t, res, baseYAML(brokers, "k2k-crash2", "consumer_group: "+k2kGroup))
+	o.hooks = &testHooks{atStep: func(s commitStep, _ uint64) error {
+		if s == stepPrepared {
+			return errCrash
+		}
+		return nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := o.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The input's first hand-over: partition 1 starts at 0.
+	if err := o.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {1: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.WriteBatch(ctx, spanBatch("x", 1, 0, 10, 4)); !errors.Is(err, errCrash) {
+		t.Fatalf("write: %v, want the crash", err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); len(got) != 0 {
+		t.Fatalf("offsets committed before the EndTxn: %v", got)
+	}
+	r, ok := slotRecord(t, o, 0)
+	if !ok {
+		r, ok = slotRecord(t, o, 1)
+	}
+	if !ok || r.Group != k2kGroup || len(r.SourceOffsets) != 1 || r.SourceOffsets[0].Offset != 10 {
+		t.Fatalf("PREPARE record %+v: want the source offsets", r)
+	}
+	input.ReleaseCommitTakeover(res, k2kGroup, o) // the process died
+	k2kOutput(t, res, brokers, "k2k-crash2")
+	if got := readCommitted(t, brokers, testTopic); len(got) != 4 {
+		t.Fatalf("after the resume: %v, want 4 records", got)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[1] != 10 {
+		t.Fatalf("after the resume: committed %v, want 1:10", got)
+	}
+}
+
+func TestK2KSecondTakeoverRefused(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	res := newResources()
+	newUnconnected(t, res, baseYAML(brokers, "k2k-a", "consumer_group: "+k2kGroup))
+	if _, err := newOutputFromParsed(parse(t, baseYAML(brokers, "k2k-b", "consumer_group: "+k2kGroup)), res); err == nil {
+		t.Fatal("a second output for the same group was accepted")
+	}
+}
