@@ -208,10 +208,16 @@ func (k *k2k) covered(offsets map[string]map[int32]int64) (bool, <-chan struct{}
 // transactional commits resolved) at Connect, after recovery.
 func (o *output) loadCommitted(ctx context.Context) error {
 	k := o.k2k
-	resp, err := kadm.NewClient(o.admin).FetchOffsets(kadm.RequireStable(ctx), k.group)
-	if err == nil {
-		err = resp.Error()
-	}
+	var resp kadm.OffsetResponses
+	// A fresh group's coordinator may not be available yet: retried.
+	err := retryRetriable(ctx, func() error {
+		var err error
+		resp, err = kadm.NewClient(o.admin).FetchOffsets(kadm.RequireStable(ctx), k.group)
+		if err == nil {
+			err = resp.Error()
+		}
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			return nil
@@ -439,14 +445,16 @@ func (o *output) topicIDs(ctx context.Context, offs []plannedOffset) (map[string
 }
 
 // retryRetriable retries fn while it fails with a retriable Kafka error code
-// (CONCURRENT_TRANSACTIONS right after a previous EndTxn, a coordinator
-// loading) until ctx ends.
+// (a coordinator loading or moving) or CONCURRENT_TRANSACTIONS (the previous
+// EndTxn of the slot still writing its markers; franz-go does not mark it
+// retriable; seen on Kafka 4.3.1 TV2 after an offsets-only epoch) until ctx
+// ends.
 func retryRetriable(ctx context.Context, fn func() error) error {
 	backoff := 20 * time.Millisecond
 	for {
 		err := fn()
 		var ke *kerr.Error
-		if err == nil || !errors.As(err, &ke) || !ke.Retriable {
+		if err == nil || !errors.As(err, &ke) || !(ke.Retriable || ke == kerr.ConcurrentTransactions) {
 			return err
 		}
 		select {

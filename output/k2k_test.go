@@ -93,6 +93,16 @@ func fillInput(t testing.TB, brokers []string, topic string, n int) {
 // batches: with 3 partitions filled round-robin and batches of 5, records
 // [15m, 15m+15) are one batch per partition, dropped when m % 3 == 1.
 func copyYAML(brokers []string, txnID string, drop bool, extraProc string) string {
+	return copyYAMLFor(k2kTopics{brokers, k2kIn, testTopic, k2kGroup}, txnID, drop, extraProc)
+}
+
+// k2kTopics names a copy job: input topic, output topic and group.
+type k2kTopics struct {
+	brokers      []string
+	in, out, grp string
+}
+
+func copyYAMLFor(e k2kTopics, txnID string, drop bool, extraProc string) string {
 	proc := ""
 	if drop {
 		proc = `
@@ -128,7 +138,7 @@ output:
 cache_resources:
   - label: state
     memory: {}
-`, strings.Join(brokers, ","), k2kIn, k2kGroup, testTopic, txnID, proc, extraProc)
+`, strings.Join(e.brokers, ","), e.in, e.grp, e.out, txnID, proc, extraProc)
 }
 
 func buildStream(t testing.TB, yaml string) *service.Stream {
@@ -162,7 +172,13 @@ func newK2KCluster(t testing.TB) *kfake.Cluster {
 // accepts exactly once, and that the group's lag is 0.
 func checkCopy(t testing.TB, brokers []string, n int, keep func(int) bool) {
 	t.Helper()
-	got := readCommitted(t, brokers, testTopic)
+	checkCopyOf(t, k2kTopics{brokers, k2kIn, testTopic, k2kGroup}, n, keep)
+}
+
+func checkCopyOf(t testing.TB, e k2kTopics, n int, keep func(int) bool) {
+	t.Helper()
+	brokers := e.brokers
+	got := readCommitted(t, brokers, e.out)
 	seen := map[string]int{}
 	for _, v := range got {
 		seen[v]++
@@ -190,11 +206,11 @@ func checkCopy(t testing.TB, brokers []string, n int, keep func(int) bool) {
 	if len(dups)+len(missing)+len(extra) > 0 || len(got) != want {
 		t.Fatalf("output: %d records, want %d; duplicates %v; missing %v; filtered but present %v", len(got), want, dups, missing, extra)
 	}
-	ends := endOffsets(t, brokers, k2kIn)
-	offs := groupOffsets(t, brokers, k2kGroup, k2kIn)
+	ends := endOffsets(t, brokers, e.in)
+	offs := groupOffsets(t, brokers, e.grp, e.in)
 	for p, end := range ends {
 		if offs[p] != end {
-			t.Fatalf("group %s: committed %v, want the ends %v (lag 0)", k2kGroup, offs, ends)
+			t.Fatalf("group %s: committed %v, want the ends %v (lag 0)", e.grp, offs, ends)
 		}
 	}
 }
@@ -227,20 +243,23 @@ func TestK2KFilteredBatchesAdvanceOffsets(t *testing.T) {
 // transactional_id finishes the copy: no duplicates, no loss.
 func TestK2KStopMidCopyAndRestart(t *testing.T) {
 	c := newK2KCluster(t)
-	brokers := c.ListenAddrs()
-	const n = 400
-	fillInput(t, brokers, k2kIn, n)
+	stopMidCopyAndRestart(t, k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}, "k2k-restart", 400)
+}
+
+func stopMidCopyAndRestart(t *testing.T, e k2kTopics, txnID string, n int) {
+	brokers := e.brokers
+	fillInput(t, brokers, e.in, n)
 	slow := `
     - sleep: { duration: 5ms }`
-	s := buildStream(t, copyYAML(brokers, "k2k-restart", false, slow))
+	s := buildStream(t, copyYAMLFor(e, txnID, false, slow))
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background()) }()
 	wait(t, 30*time.Second, "some offsets committed", func() bool {
 		var sum int64
-		for _, o := range groupOffsets(t, brokers, k2kGroup, k2kIn) {
+		for _, o := range groupOffsets(t, brokers, e.grp, e.in) {
 			sum += o
 		}
-		return sum >= n/5
+		return sum >= int64(n/5)
 	})
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := s.Stop(sctx); err != nil {
@@ -249,14 +268,14 @@ func TestK2KStopMidCopyAndRestart(t *testing.T) {
 	cancel()
 	<-done
 	var sum int64
-	for _, o := range groupOffsets(t, brokers, k2kGroup, k2kIn) {
+	for _, o := range groupOffsets(t, brokers, e.grp, e.in) {
 		sum += o
 	}
-	if sum >= n {
+	if sum >= int64(n) {
 		t.Fatalf("the first run finished the copy (%d): not a mid-copy stop", sum)
 	}
-	runStream(t, copyYAML(brokers, "k2k-restart", false, ""), 60*time.Second)
-	checkCopy(t, brokers, n, func(int) bool { return true })
+	runStream(t, copyYAMLFor(e, txnID, false, ""), 60*time.Second)
+	checkCopyOf(t, e, n, func(int) bool { return true })
 }
 
 // spanBatch is a batch of n messages stamped with the span [from, to) of

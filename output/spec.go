@@ -121,6 +121,21 @@ doubt is aborted at restart (unless Kafka says it committed) and the input
 replays its batches. End-to-end exactly-once needs the Kafka-to-Kafka or dedupe
 modes (source offsets or dedupe positions committed in the same transaction).
 
+Kafka-to-Kafka mode (`+"`consumer_group`"+` set to the group of a `+"`kafka_native`"+` input
+of the same stream) is exactly-once end to end: each epoch commits, inside its
+transaction, the group's offsets for the source ranges it holds (per partition the
+end of the contiguous run of acknowledged ranges, so batches that arrive out of
+order or are filtered out never make an offset skip a range or move backwards),
+so records and offsets commit or abort together; ranges acknowledged without
+reaching the output are committed with the next epoch, or one of offsets only.
+A partition's offsets move only once it has a committed offset or the input
+handed over a position for it (its first commit period). At start the input
+waits for the output's recovery before it reads the committed offsets; an epoch
+left in doubt is resumed (committed) when it is still open. Every member of the
+group should read with `+"`isolation_level: read_committed`"+`. Rebalances with
+`+"`group_membership`"+` are not specially handled yet: an epoch whose offsets carry a
+generation the coordinator no longer accepts aborts and its batches are nacked.
+
 ### State cache
 
 `+"`state_cache`"+` names a cache resource that holds, per slot, the recovery

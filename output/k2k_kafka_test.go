@@ -1,0 +1,45 @@
+package output
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/connect-eos/connect-eos/integration/kafkatest"
+)
+
+// Kafka-to-Kafka mode on Apache Kafka (skipped without KAFKA_BROKERS_TV0/2):
+// kafka_native (consumer group, bounded) -> kafka_eos (same group).
+
+func forEachK2KKafka(t *testing.T, fn func(t *testing.T, e k2kTopics, txnID string)) {
+	for _, tv := range []int{0, 2} {
+		t.Run(fmt.Sprintf("tv%d", tv), func(t *testing.T) {
+			b := kafkatest.Brokers(t, tv)
+			e := k2kTopics{
+				brokers: strings.Split(b, ","),
+				in:      kafkatest.Topic(t, b, 3),
+				out:     kafkatest.Topic(t, b, 3),
+			}
+			// Groups and transactional ids outlive the test on a real broker.
+			stamp := time.Now().UnixNano()
+			e.grp = fmt.Sprintf("k2k-%d", stamp)
+			fn(t, e, fmt.Sprintf("k2k-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), stamp))
+		})
+	}
+}
+
+func TestK2KKafkaCopyFiltered(t *testing.T) {
+	forEachK2KKafka(t, func(t *testing.T, e k2kTopics, txnID string) {
+		const n = 2100
+		fillInput(t, e.brokers, e.in, n)
+		runStream(t, copyYAMLFor(e, txnID, true, ""), 120*time.Second)
+		checkCopyOf(t, e, n, func(i int) bool { return i%7 != 0 && (i/15)%3 != 1 })
+	})
+}
+
+func TestK2KKafkaStopMidCopyAndRestart(t *testing.T) {
+	forEachK2KKafka(t, func(t *testing.T, e k2kTopics, txnID string) {
+		stopMidCopyAndRestart(t, e, txnID, 1000)
+	})
+}
