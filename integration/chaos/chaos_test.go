@@ -158,7 +158,10 @@ func binary(t *testing.T) string {
 // can bounce it). Modes: plain (at-least-once across crashes: no record
 // missing, duplicates counted), k2k (Kafka-to-Kafka: exactly-once) and dedupe
 // (exactly-once); variants: 2to3 (input 2 partitions, output 3, keyed by the
-// value) and 1to1 (2 and 2, partition kept, per-partition order checked).
+// value), 1to1 (2 and 2, partition kept, per-partition order checked) and,
+// on demand (CHAOS_RUNS), 2to3-unbounded (group membership, no stop: every
+// kill is a rebalance; slow, a dead member holds its partitions for the
+// 45 s session timeout).
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos suite is not short")
@@ -284,10 +287,14 @@ type runCfg struct {
 	batch         int
 }
 
+// unbounded: the processes read with group membership and no stop; the
+// suite stops them once everything is copied.
+func (c runCfg) unbounded() bool { return strings.HasSuffix(c.variant, "-unbounded") }
+
 // config writes the connect-eos config of process slot i.
 func (c runCfg) config(dir string, i int) (string, error) {
 	topics := c.in
-	if c.processes > 1 {
+	if c.processes > 1 && !c.unbounded() {
 		topics = fmt.Sprintf("'%s:%d'", c.in, i)
 	}
 	var b strings.Builder
@@ -304,8 +311,14 @@ input:
     consumer_group: %[3]s
     start_offset: committed
     reset_offset: earliest
-    stop_offset: latest
 `, c.brokers, topics, c.group)
+	if c.unbounded() {
+		// The group balances the partitions between the processes; a
+		// kill or a new process is a rebalance.
+		b.WriteString("    stop_offset: none\n    group_membership: true\n")
+	} else {
+		b.WriteString("    stop_offset: latest\n")
+	}
 	if c.batch > 0 {
 		fmt.Fprintf(&b, "    max_batch_records: %d\n", c.batch)
 	}
@@ -323,7 +336,7 @@ input:
       interval: 100ms
 `, c.brokers, c.out, c.txnID, i)
 	switch c.variant {
-	case "2to3":
+	case "2to3", "2to3-unbounded":
 		b.WriteString("    key: '${! content() }'\n    partitioner: murmur2\n")
 		if c.maxInFlight > 0 {
 			fmt.Fprintf(&b, "    max_in_flight: %d\n", c.maxInFlight)
@@ -360,14 +373,15 @@ type stats struct {
 	kills, sigterms, brokerHard, brokerClean, zombies int
 	unplanned                                         []string
 	zombieExits                                       []int
+	idleZombies                                       int
 	skipped                                           []event
 }
 
 func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed uint64) {
 	switch variant {
-	case "2to3", "1to1":
+	case "2to3", "1to1", "2to3-unbounded":
 	default:
-		t.Fatalf("unknown variant %q (2to3, 1to1)", variant)
+		t.Fatalf("unknown variant %q (2to3, 1to1, 2to3-unbounded)", variant)
 	}
 	switch mode {
 	case "plain", "k2k":
@@ -480,7 +494,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 			if finished[i] || !cp.exited() || !cp.unsignalled() {
 				continue
 			}
-			if code := cp.exitCode(); code == 0 {
+			if code := cp.exitCode(); code == 0 && !c.unbounded() {
 				finished[i] = true
 				continue
 			}
@@ -629,12 +643,62 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	if len(st.skipped) > 0 {
 		t.Errorf("the copy finished before rounds %v ran: raise CHAOS_RECORDS or lower CHAOS_RATE", st.skipped)
 	}
-	// The last runs finish the copy.
+	// The last runs finish the copy. Unbounded: once every record reached
+	// the output and the group's lag is 0, every process gets a SIGTERM
+	// and must stop cleanly.
+	if c.unbounded() {
+		ladm := kadm.NewClient(kafkatest.Client(t, b.addr))
+		waitFor(n)
+		for {
+			supervise()
+			lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+			lag, err := groupLag(lctx, ladm, c.group, c.in)
+			lcancel()
+			done := err == nil && len(lag) == 2
+			for _, l := range lag {
+				done = done && l == 0
+			}
+			if done {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("unbounded: the group's lag is still %v (%v) at the run's timeout", lag, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		for i, cp := range cur {
+			_ = cp.signal(syscall.SIGTERM)
+			code, err := cp.wait(90 * time.Second)
+			if err != nil {
+				t.Fatalf("unbounded: process %d.%d did not stop within 90s of a SIGTERM", i, cp.gen)
+			}
+			if code != 0 {
+				t.Errorf("unbounded: process %d.%d exited %d after the final SIGTERM, want 0", i, cp.gen, code)
+			}
+			finished[i] = true
+		}
+	}
 	for !allFinished() {
 		waitFor(n + 1) // returns once every slot finished
 	}
 	copied := time.Since(started)
 	for _, z := range zombies {
+		if c.unbounded() && !z.exited() {
+			// With group membership the woken process rejoins the group
+			// and learns of the fence only when it writes again: if the
+			// group gave it no partition with records left, it idles.
+			if _, err := z.wait(10 * time.Second); err != nil {
+				t.Logf("zombie: process %d.%d never wrote again (no partition with records left for it), still a group member: stopping it", z.slot, z.gen)
+				_ = z.signal(syscall.SIGTERM)
+				code, err := z.wait(90 * time.Second)
+				if err != nil {
+					t.Fatalf("zombie: process %d.%d did not stop within 90s of a SIGTERM", z.slot, z.gen)
+				}
+				st.zombieExits = append(st.zombieExits, code)
+				st.idleZombies++
+				continue
+			}
+		}
 		code, err := z.wait(90 * time.Second)
 		if err != nil {
 			t.Fatalf("zombie: the old process %d.%d still runs 90s after it woke up (logs in %s)", z.slot, z.gen, logDir)
@@ -716,10 +780,10 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	}
 	slices.Sort(dec)
 	summary := fmt.Sprintf("chaos: mode=%s variant=%s tv=%d processes=%d records_in=%d records_out=%d duplicates=%d missing=%d extra=%d "+
-		"kills=%d sigterms=%d broker_restarts=%d (kill9=%d clean=%d) zombies=%d zombie_exit=%v unplanned_exits=%d in_doubt_resolved={%s} "+
+		"kills=%d sigterms=%d broker_restarts=%d (kill9=%d clean=%d) zombies=%d zombie_exit=%v idle_zombies=%d unplanned_exits=%d in_doubt_resolved={%s} "+
 		"rate=%d max_in_flight=%s batch=%d seed=%d copy_s=%.0f",
 		mode, variant, b.tv, k.processes, n, total, dups, missing, extra,
-		st.kills, st.sigterms, st.brokerHard+st.brokerClean, st.brokerHard, st.brokerClean, st.zombies, st.zombieExits,
+		st.kills, st.sigterms, st.brokerHard+st.brokerClean, st.brokerHard, st.brokerClean, st.zombies, st.zombieExits, st.idleZombies,
 		len(st.unplanned), strings.Join(dec, " "), k.rate, inFlight(variant, k.maxInFlight), cmp.Or(k.batch, 1024), seed, copied.Seconds())
 	fmt.Println(summary)
 	t.Log(summary)
