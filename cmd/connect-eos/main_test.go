@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -71,20 +72,30 @@ func (f *fatalAfter) Read(ctx context.Context) (*service.Message, service.AckFun
 }
 func (f *fatalAfter) Close(context.Context) error { return nil }
 
-// TestFatalErrorExitsNonZero runs the CLI on a stream whose input raises a
-// fatal error: the stream shuts down by itself (it has no other end) and the
-// exit code is ExitFatal, not the 0 that Benthos would return.
-func TestFatalErrorExitsNonZero(t *testing.T) {
+// runFatalAfter runs the CLI on a stream whose input raises a fatal error
+// after emitting `after` messages, and returns the exit code.
+func runFatalAfter(t *testing.T, after int) int {
+	t.Helper()
 	f := filepath.Join(t.TempDir(), "fatal.yaml")
-	require.NoError(t, os.WriteFile(f, []byte("shutdown_timeout: 1h # Benthos arms an os.Exit(1) at shutdown_timeout+1s after a CLI run; keep it past the test\nhttp:\n  enabled: false\ninput:\n  fatal_after_test:\n    after: 3\noutput:\n  drop: {}\n"), 0o644))
+	// Benthos arms an os.Exit(1) at shutdown_timeout+1s after a CLI run; keep
+	// it past the test.
+	conf := fmt.Sprintf("shutdown_timeout: 1h\nhttp:\n  enabled: false\ninput:\n  fatal_after_test:\n    after: %d\noutput:\n  drop: {}\n", after)
+	require.NoError(t, os.WriteFile(f, []byte(conf), 0o644))
 	done := make(chan int, 1)
 	go func() { done <- run(context.Background(), []string{"connect-eos", "run", f}) }()
 	select {
 	case code := <-done:
-		require.Equal(t, ExitFatal, code)
+		return code
 	case <-time.After(60 * time.Second):
 		t.Fatal("the stream did not stop after a fatal error")
+		return 0
 	}
+}
+
+// TestFatalErrorExitsNonZero: the stream shuts down by itself (it has no
+// other end) and the exit code is ExitFatal, not the 0 that Benthos returns.
+func TestFatalErrorExitsNonZero(t *testing.T) {
+	require.Equal(t, ExitFatal, runFatalAfter(t, 3))
 }
 
 // TestFatalBeforeBenthosListensExitsNonZero raises the fatal error at once
@@ -92,14 +103,5 @@ func TestFatalErrorExitsNonZero(t *testing.T) {
 // installed its signal handler: the process must still shut down gracefully
 // and exit ExitFatal rather than die of its own SIGTERM.
 func TestFatalBeforeBenthosListensExitsNonZero(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "fatal.yaml")
-	require.NoError(t, os.WriteFile(f, []byte("shutdown_timeout: 1h\nhttp:\n  enabled: false\ninput:\n  fatal_after_test:\n    after: 0\noutput:\n  drop: {}\n"), 0o644))
-	done := make(chan int, 1)
-	go func() { done <- run(context.Background(), []string{"connect-eos", "run", f}) }()
-	select {
-	case code := <-done:
-		require.Equal(t, ExitFatal, code)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the stream did not stop after a fatal error")
-	}
+	require.Equal(t, ExitFatal, runFatalAfter(t, 0))
 }
