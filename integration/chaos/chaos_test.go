@@ -74,7 +74,7 @@ func loadKnobs(t *testing.T) knobs {
 		batch:       envInt(t, "CHAOS_BATCH", 256),
 		step:        0.2,
 		tvs:         []int{0, 2},
-		runs:        []string{"plain/2to3", "plain/1to1", "k2k/2to3", "k2k/1to1", "dedupe/2to3"},
+		runs:        []string{"plain/2to3", "k2k/2to3", "k2k/1to1", "dedupe/2to3"},
 		seed:        uint64(time.Now().UnixNano()),
 		timeout:     10 * time.Minute,
 		keep:        os.Getenv("CHAOS_KEEP") == "1",
