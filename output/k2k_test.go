@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"math/rand/v2"
+	"syscall"
+
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -433,4 +436,112 @@ func TestK2KSecondTakeoverRefused(t *testing.T) {
 	if _, err := newOutputFromParsed(parse(t, baseYAML(brokers, "k2k-b", "consumer_group: "+k2kGroup)), res); err == nil {
 		t.Fatal("a second output for the same group was accepted")
 	}
+}
+
+// TestK2KGroupMembership copies with group_membership (unbounded): the
+// offsets go with the generation and member id stamped on the batches
+// (KIP-447); once the copy is done the group's lag is 0.
+func TestK2KGroupMembership(t *testing.T) {
+	c := newK2KCluster(t)
+	e := k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}
+	const n = 300
+	fillInput(t, e.brokers, e.in, n)
+	// Offsets committed before: the epochs' spans advance them from the
+	// start, with the generation stamped on the batches.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var os kadm.Offsets
+	for p := range int32(3) {
+		os.Add(kadm.Offset{Topic: e.in, Partition: p, At: 0, LeaderEpoch: -1})
+	}
+	if _, err := kadm.NewClient(cl).CommitOffsets(context.Background(), e.grp, os); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	yaml := strings.Replace(copyYAMLFor(e, "k2k-member", false, ""), "    stop_offset: latest\n", "    stop_offset: none\n    group_membership: true\n", 1)
+	s := buildStream(t, yaml)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	ends := endOffsets(t, e.brokers, e.in)
+	wait(t, 30*time.Second, "lag 0", func() bool {
+		offs := groupOffsets(t, e.brokers, e.grp, e.in)
+		for p, end := range ends {
+			if offs[p] != end {
+				return false
+			}
+		}
+		return true
+	})
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := s.Stop(sctx); err != nil {
+		t.Logf("stop: %v", err)
+	}
+	cancel()
+	<-done
+	checkCopyOf(t, e, n, func(int) bool { return true })
+}
+
+// TestK2KKillNine: the copy job is SIGKILLed three times at random points
+// (after some progress each), then a clean bounded run finishes it: no
+// duplicates, no loss under read_committed, lag 0. The state cache is
+// kafka_state, so in-doubt epochs are recovered across the kills.
+func TestK2KKillNine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	c := newK2KCluster(t)
+	e := k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}
+	const n = 3000
+	fillInput(t, e.brokers, e.in, n)
+	stateCache := fmt.Sprintf(`cache_resources:
+  - label: state
+    kafka_state:
+      seed_brokers: [ %s ]
+      topic: k2k-kill-state
+`, strings.Join(e.brokers, ","))
+	yamlOf := func(extra string) string {
+		y := copyYAMLFor(e, "k2k-kill", false, extra)
+		i := strings.Index(y, "cache_resources:")
+		return y[:i] + stateCache
+	}
+	slow := `
+    - sleep: { duration: 2ms }`
+	committed := func() int64 {
+		var sum int64
+		for _, o := range groupOffsets(t, e.brokers, e.grp, e.in) {
+			sum += o
+		}
+		return sum
+	}
+	for round := range 3 {
+		before := committed()
+		cmd, stderr := startChild(t, yamlOf(slow))
+		wait(t, 30*time.Second, "progress", func() bool { return committed() >= before+n/20 })
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		logRecovery(t, fmt.Sprintf("r%d", round), stderr.String())
+		t.Logf("round %d: killed at %d of %d committed", round, committed(), n)
+	}
+	if committed() >= n {
+		t.Fatal("the copy finished before the last kill")
+	}
+	cmd, stderr := startChild(t, yamlOf(""))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("final run: %v\n%s", err, stderr)
+		}
+	case <-time.After(90 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("final run did not finish:\n%s", stderr)
+	}
+	logRecovery(t, "final", stderr.String())
+	checkCopyOf(t, e, n, func(int) bool { return true })
 }
