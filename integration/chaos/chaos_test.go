@@ -804,9 +804,16 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		t.Errorf("LOSS: %d of %d input records are missing from the output, e.g. values %v (input partitions %v)", missing, n, missingEx, partsOf(inPart, missingEx))
 	}
 	if mode != "plain" && dups > 0 {
-		t.Errorf("DUPLICATES in exactly-once mode %s: %d, e.g. values %v", mode, dups, dupEx)
+		perPart := map[int32]int{}
+		for v, c := range seen {
+			if c > 1 {
+				perPart[inPart[v]] += c - 1
+			}
+		}
+		t.Errorf("DUPLICATES in exactly-once mode %s: %d (by input partition %v), e.g. values %v (input partitions %v)",
+			mode, dups, perPart, dupEx, partsOf(inPart, dupEx))
 	}
-	if dups > 0 {
+	if mode == "plain" && dups > 0 {
 		t.Logf("plain mode (at-least-once across a crash): %d duplicates, e.g. values %v", dups, dupEx)
 	}
 	// Order: with partitions mapped 1:1, each output partition holds its
