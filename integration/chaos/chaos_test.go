@@ -810,8 +810,9 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 				perPart[inPart[v]] += c - 1
 			}
 		}
-		t.Errorf("DUPLICATES in exactly-once mode %s: %d (by input partition %v), e.g. values %v (input partitions %v)",
-			mode, dups, perPart, dupEx, partsOf(inPart, dupEx))
+		t.Errorf("DUPLICATES in exactly-once mode %s: %d (by input partition %v), e.g. values %v (input partitions %v); every copy in %s",
+			mode, dups, perPart, dupEx, partsOf(inPart, dupEx), filepath.Join(logDir, "duplicates.txt"))
+		writeDuplicates(filepath.Join(logDir, "duplicates.txt"), outRecs, seen, input)
 	}
 	if mode == "plain" && dups > 0 {
 		t.Logf("plain mode (at-least-once across a crash): %d duplicates, e.g. values %v", dups, dupEx)
@@ -947,4 +948,47 @@ func inFlight(variant string, knob int) string {
 		return strconv.Itoa(knob)
 	}
 	return "64"
+}
+
+// writeDuplicates writes, for every value read more than once, its input
+// partition and offset and each output partition and offset holding it.
+func writeDuplicates(path string, out map[int32][]record, seen []int, input map[int32][]int) {
+	type at struct {
+		p int32
+		o int64
+	}
+	inAt := map[int]at{}
+	for p, vs := range input {
+		for o, v := range vs {
+			if seen[v] > 1 {
+				inAt[v] = at{p, int64(o)}
+			}
+		}
+	}
+	copies := map[int][]at{}
+	for p, rs := range out {
+		for _, r := range rs {
+			if r.value >= 0 && r.value < len(seen) && seen[r.value] > 1 {
+				copies[r.value] = append(copies[r.value], at{p, r.offset})
+			}
+		}
+	}
+	vals := make([]int, 0, len(copies))
+	for v := range copies {
+		vals = append(vals, v)
+	}
+	slices.Sort(vals)
+	var b strings.Builder
+	b.WriteString("value\tinput partition/offset\toutput partition/offset of each copy\n")
+	for _, v := range vals {
+		fmt.Fprintf(&b, "%d\t%d/%d\t", v, inAt[v].p, inAt[v].o)
+		for i, c := range copies[v] {
+			if i > 0 {
+				b.WriteString(" ")
+			}
+			fmt.Fprintf(&b, "%d/%d", c.p, c.o)
+		}
+		b.WriteString("\n")
+	}
+	_ = os.WriteFile(path, []byte(b.String()), 0o644)
 }
