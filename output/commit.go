@@ -161,6 +161,13 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		spans = ep.spans()
 		offs = o.k2k.plan(spans, o.log)
 		if len(offs) > 0 {
+			if records == 0 {
+				// franz-go does not know of this transaction: its
+				// TryAbort would send nothing. Should the epoch
+				// abort, the slot's re-initialisation
+				// (InitProducerID) aborts it on the broker.
+				ep.slot.broken = true
+			}
 			if err := o.sendOffsets(dctx, ep, offs); err != nil {
 				o.abortEpoch(ctx, ep, fmt.Errorf("source offsets: %w", err), false)
 				return

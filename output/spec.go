@@ -132,7 +132,14 @@ A partition's offsets move only once it has a committed offset or the input
 handed over a position for it (its first commit period). At start the input
 waits for the output's recovery before it reads the committed offsets; an epoch
 left in doubt is resumed (committed) when it is still open. Every member of the
-group should read with `+"`isolation_level: read_committed`"+`. Rebalances with
+group should read with `+"`isolation_level: read_committed`"+`. Known gaps: a batch that
+reaches the output ahead of its partition's contiguous run (several pipeline
+threads or `+"`max_in_flight`"+` above 1 reorder batches) commits its records without
+moving the offset past them, so a crash before the run catches up copies them
+again; and before a partition has a committed offset or a first hand-over its
+epochs commit records without offsets. Until both are closed, exactly-once across
+a crash needs `+"`pipeline.threads: 1`"+`, `+"`max_in_flight: 1`"+` and a committed starting
+offset for every partition (for instance the offsets of a previous run). Rebalances with
 `+"`group_membership`"+` are not specially handled yet: an epoch whose offsets carry a
 generation the coordinator no longer accepts aborts and its batches are nacked.
 
