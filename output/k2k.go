@@ -46,11 +46,14 @@ type k2k struct {
 	floor     map[topicPartition]int64
 	held      []input.Span
 	topicIDs  map[string][16]byte // TxnOffsetCommit v6+ names topics by id
-	changed   chan struct{}       // closed and replaced when committed moves
+	// admitted is, per partition, the end of the ranges that joined an
+	// epoch not aborted (admitLocked).
+	admitted map[topicPartition]int64
+	changed  chan struct{} // closed and replaced when committed moves
 }
 
 func newK2K(group string) *k2k {
-	return &k2k{group: group, topicIDs: map[string][16]byte{}, committed: map[topicPartition]int64{}, floor: map[topicPartition]int64{}, changed: make(chan struct{})}
+	return &k2k{group: group, topicIDs: map[string][16]byte{}, admitted: map[topicPartition]int64{}, committed: map[topicPartition]int64{}, floor: map[topicPartition]int64{}, changed: make(chan struct{})}
 }
 
 // plannedOffsets is what one epoch commits: the offsets, and per offset the
@@ -163,8 +166,96 @@ func (k *k2k) commitDone(spans []input.Span, offs []plannedOffset) {
 	clear(k.held[len(kept):])
 	k.held = kept
 	if len(offs) > 0 {
-		close(k.changed)
-		k.changed = make(chan struct{})
+		k.signalLocked()
+	}
+}
+
+func (k *k2k) signalLocked() {
+	close(k.changed)
+	k.changed = make(chan struct{})
+}
+
+func (k *k2k) resetAdmitted() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	clear(k.admitted)
+	k.signalLocked()
+}
+
+// admissible reports whether every span starts at or below where its
+// partition's contiguous run can reach (committed, handed over, or admitted
+// into a live epoch), and admits them if so. A partition with nothing known
+// admits anything (see plan).
+func (k *k2k) admissible(spans []input.Span, force bool) (bool, <-chan struct{}) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !force {
+		for _, s := range spans {
+			tp := topicPartition{s.Topic, s.Partition}
+			c, known := k.committed[tp]
+			f, fok := k.floor[tp]
+			if !known && !fok {
+				continue
+			}
+			if s.From > max(c, f, k.admitted[tp]) {
+				return false, k.changed
+			}
+		}
+	}
+	for _, s := range spans {
+		tp := topicPartition{s.Topic, s.Partition}
+		k.admitted[tp] = max(k.admitted[tp], s.To)
+	}
+	k.signalLocked()
+	return true, k.changed
+}
+
+// admitWait bounds how long a batch ahead of its partition's run waits for
+// its predecessor before it joins anyway (Benthos may hold the predecessor
+// behind the waiting batches: max_in_flight).
+const admitWait = 5 * time.Second
+
+// admitLocked makes a batch whose ranges are ahead of their partition's run
+// (several pipeline threads or batches in flight reorder them) wait until its
+// predecessor joined an epoch, was handed over, or committed, so that an
+// epoch never commits records past the offsets it commits: a crash then
+// would copy them again. After admitWait it joins anyway (logged). Called
+// with o.mu held, after joinLocked; it returns the epoch to join (the open
+// one may have changed while it waited).
+func (o *output) admitLocked(ctx context.Context, spans []input.Span, ep *epoch) (*epoch, error) {
+	var deadline <-chan time.Time
+	for {
+		ok, ch := o.k2k.admissible(spans, false)
+		if ok {
+			return ep, nil
+		}
+		if deadline == nil {
+			t := time.NewTimer(admitWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		o.mu.Unlock()
+		forced := false
+		select {
+		case <-ch:
+		case <-deadline:
+			forced = true
+		case <-ctx.Done():
+			o.mu.Lock()
+			return nil, ctx.Err()
+		case <-o.closedCh:
+		}
+		o.mu.Lock()
+		var err error
+		if ep, err = o.joinLocked(ctx); err != nil {
+			return nil, err
+		}
+		if forced {
+			o.m.tally.add("k2k_admitted_out_of_order", 1)
+			o.log.Warnf("kafka_eos: group %s: a batch waited %v for the batch before it and joins out of order (a crash before the run catches up copies it again)", o.k2k.group, admitWait)
+			o.k2k.admissible(spans, true)
+			return ep, nil
+		}
 	}
 }
 
@@ -179,6 +270,7 @@ func (k *k2k) addFloor(offsets map[string]map[int32]int64) bool {
 			tp := topicPartition{t, p}
 			if f, ok := k.floor[tp]; !ok || off > f {
 				k.floor[tp] = off
+				k.signalLocked()
 			}
 			// Nothing committed reads as 0: nothing lies below it.
 			if k.floor[tp] > k.committed[tp] {

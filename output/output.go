@@ -213,16 +213,20 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		size += recordSize(r)
 	}
 
+	var spans []input.Span
+	if o.k2k != nil {
+		spans = spansOf(batch)
+	}
 	o.mu.Lock()
 	ep, err := o.joinLocked(ctx)
+	if err == nil && len(spans) > 0 {
+		ep, err = o.admitLocked(ctx, spans, ep)
+	}
 	if err != nil {
 		o.mu.Unlock()
 		return err
 	}
-	ref := &batchRef{batch: batch, recs: recs}
-	if o.k2k != nil {
-		ref.spans = spansOf(batch)
-	}
+	ref := &batchRef{batch: batch, recs: recs, spans: spans}
 	ep.batches = append(ep.batches, ref)
 	ep.records += len(recs)
 	ep.bytes += size
@@ -419,6 +423,11 @@ func (o *output) releaseSlot(s *slot) {
 func (o *output) poisonAfter(n uint64, cause error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.k2k != nil {
+		// Every live epoch from n on aborts: the ranges they admitted
+		// will be replayed, and nothing may join past them.
+		o.k2k.resetAdmitted()
+	}
 	for _, ep := range o.live {
 		if ep.n > n && ep.cause == nil {
 			ep.cause = fmt.Errorf("epoch %d before it aborted: %w", n, cause)

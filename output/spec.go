@@ -132,14 +132,16 @@ A partition's offsets move only once it has a committed offset or the input
 handed over a position for it (its first commit period). At start the input
 waits for the output's recovery before it reads the committed offsets; an epoch
 left in doubt is resumed (committed) when it is still open. Every member of the
-group should read with `+"`isolation_level: read_committed`"+`. Known gaps: a batch that
-reaches the output ahead of its partition's contiguous run (several pipeline
-threads or `+"`max_in_flight`"+` above 1 reorder batches) commits its records without
-moving the offset past them, so a crash before the run catches up copies them
-again; and before a partition has a committed offset or a first hand-over its
-epochs commit records without offsets. Until both are closed, exactly-once across
-a crash needs `+"`pipeline.threads: 1`"+`, `+"`max_in_flight: 1`"+` and a committed starting
-offset for every partition (for instance the offsets of a previous run). Rebalances with
+group should read with `+"`isolation_level: read_committed`"+`. A batch that reaches the output
+ahead of its partition's contiguous run (several pipeline threads or batches in
+flight reorder them) waits until the batch before it joined an epoch, was
+handed over or committed, so that an epoch never commits records past its
+offsets; after 5s it joins anyway with a warning (Benthos may hold the
+predecessor behind it), and a crash before the run catches up then copies it
+again. Known gap: before a partition has a committed offset or a first hand-over
+from the input, where its run starts is unknown and its epochs commit records
+without offsets (a crash in that window copies them again): give every partition
+a committed starting offset for exactly-once from the first record. Rebalances with
 `+"`group_membership`"+` are not specially handled yet: an epoch whose offsets carry a
 generation the coordinator no longer accepts aborts and its batches are nacked.
 
