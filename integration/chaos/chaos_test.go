@@ -896,7 +896,15 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	adm := kadm.NewClient(kafkatest.Client(t, b.addr))
 	actx, acancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer acancel()
-	lag, err := groupLag(actx, adm, c.group, c.in)
+	// Retried: a broker bounced a little earlier can still answer
+	// LEADER_NOT_AVAILABLE for a moment.
+	var lag map[int32]int64
+	for range 60 {
+		if lag, err = groupLag(actx, adm, c.group, c.in); err == nil {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	if err != nil {
 		t.Errorf("group lag: %v", err)
 	}
