@@ -211,17 +211,26 @@ func (k *k2k) admissible(spans []input.Span, force bool) (bool, <-chan struct{})
 }
 
 // admitWait bounds how long a batch ahead of its partition's run waits for
-// its predecessor before it joins anyway (Benthos may hold the predecessor
-// behind the waiting batches: max_in_flight).
+// its predecessor. Benthos may hold the predecessor behind the waiting batch
+// (max_in_flight), typically a batch nacked by an aborted epoch and queued for
+// replay while its successor, read earlier, already sits in WriteBatch.
 const admitWait = 5 * time.Second
 
+// ErrOutOfOrder is wrapped by the error of a batch that waited admitWait for
+// the batch before it in its partition: it is nacked, not written, so that
+// Benthos replays it after its predecessor (its retry queue is in nack
+// order). Joining out of order instead would break per-partition order and
+// let an epoch commit records past the offsets it commits (a crash then
+// copies them again): both were seen in the chaos suite.
+var ErrOutOfOrder = errors.New("kafka_eos: batch ahead of its partition's committed run")
+
 // admitLocked makes a batch whose ranges are ahead of their partition's run
-// (several pipeline threads or batches in flight reorder them) wait until its
-// predecessor joined an epoch, was handed over, or committed, so that an
-// epoch never commits records past the offsets it commits: a crash then
-// would copy them again. After admitWait it joins anyway (logged). Called
-// with o.mu held, after joinLocked; it returns the epoch to join (the open
-// one may have changed while it waited).
+// (several pipeline threads, batches in flight or a replayed nack reorder
+// them) wait until its predecessor joined an epoch, was handed over, or
+// committed, so that an epoch never commits records past the offsets it
+// commits. After admitWait the batch is nacked with ErrOutOfOrder (counted
+// and logged). Called with o.mu held, after joinLocked; it returns the epoch
+// to join (the open one may have changed while it waited).
 func (o *output) admitLocked(ctx context.Context, spans []input.Span, ep *epoch) (*epoch, error) {
 	var deadline <-chan time.Time
 	for {
@@ -251,10 +260,12 @@ func (o *output) admitLocked(ctx context.Context, spans []input.Span, ep *epoch)
 			return nil, err
 		}
 		if forced {
-			o.m.tally.add("k2k_admitted_out_of_order", 1)
-			o.log.Warnf("kafka_eos: group %s: a batch waited %v for the batch before it and joins out of order (a crash before the run catches up copies it again)", o.k2k.group, admitWait)
-			o.k2k.admissible(spans, true)
-			return ep, nil
+			if ok, _ := o.k2k.admissible(spans, false); ok {
+				return ep, nil
+			}
+			o.m.tally.add("k2k_nacked_out_of_order", 1)
+			o.log.Warnf("kafka_eos: group %s: a batch waited %v for the batch before it; nacked so that it is replayed after it", o.k2k.group, admitWait)
+			return nil, fmt.Errorf("%w: waited %v for the batch before it, nacked to be replayed after it", ErrOutOfOrder, admitWait)
 		}
 	}
 }

@@ -340,7 +340,7 @@ func TestK2KOffsetsOnlyAndOrder(t *testing.T) {
 	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 20 {
 		t.Fatalf("after [5,10): committed %v, want 0:20", got)
 	}
-	if got := o.m.tally.get("k2k_admitted_out_of_order"); got != 0 {
+	if got := o.m.tally.get("k2k_nacked_out_of_order"); got != 0 {
 		t.Fatalf("%d batches forced out of order", got)
 	}
 	// A position at or below what is committed commits nothing and
@@ -508,8 +508,8 @@ func TestK2KKillNine(t *testing.T) {
 `, strings.Join(e.brokers, ","))
 	// Batches reach the output in order (one pipeline thread, one batch
 	// in flight): out of order, a batch ahead of its partition's run waits
-	// for its predecessor only admitWait, then joins anyway and a crash
-	// before the run catches up copies it again (see spec.go).
+	// for its predecessor only admitWait, then is nacked to be replayed
+	// after it (see k2k.go).
 	yamlOf := func(extra string) string {
 		y := ordered(copyYAMLFor(e, "k2k-kill", false, extra))
 		i := strings.Index(y, "cache_resources:")

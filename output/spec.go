@@ -136,9 +136,10 @@ group should read with `+"`isolation_level: read_committed`"+`. A batch that rea
 ahead of its partition's contiguous run (several pipeline threads or batches in
 flight reorder them) waits until the batch before it joined an epoch, was
 handed over or committed, so that an epoch never commits records past its
-offsets; after 5s it joins anyway with a warning (Benthos may hold the
-predecessor behind it), and a crash before the run catches up then copies it
-again. Known gap: before a partition has a committed offset or a first hand-over
+offsets; after 5s it is nacked with a warning (Benthos may hold the
+predecessor behind it, e.g. a batch nacked by an aborted epoch and queued for
+replay) and Benthos replays it after its predecessor, so per-partition order
+holds. Known gap: before a partition has a committed offset or a first hand-over
 from the input, where its run starts is unknown and its epochs commit records
 without offsets (a crash in that window copies them again): give every partition
 a committed starting offset for exactly-once from the first record. Rebalances with
