@@ -116,17 +116,23 @@ func (b *bookkeeper) commit(ctx context.Context) error {
 	return nil
 }
 
-// finalCommit commits the stops of a bounded read synchronously, retrying
-// for up to about 30s; a permanent failure is returned as *CommitError (the
-// caller makes it fatal, so a job whose offsets were not stored does not exit
-// 0).
+// finalCommitRetry bounds how long the final commit of a bounded read retries
+// a retriable error. After a broker restart, Kafka 4.3 answered offset
+// commits with UNKNOWN_TOPIC_OR_PARTITION for 15-40s (the chaos suite saw it),
+// so 30s was too short.
+const finalCommitRetry = 2 * time.Minute
+
+// finalCommit commits the stops of a bounded read synchronously, retrying a
+// retriable error for up to finalCommitRetry; a permanent failure is returned
+// as *CommitError (the caller makes it fatal, so a job whose offsets were not
+// stored does not exit 0).
 func (b *bookkeeper) finalCommit(ctx context.Context) error {
 	if b.committer == nil {
 		return nil
 	}
 	var err error
 	backoff := 100 * time.Millisecond
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(finalCommitRetry)
 	for {
 		if err = b.commit(ctx); err == nil {
 			if len(b.tr.toCommit()) == 0 {
