@@ -106,39 +106,7 @@ func Topic(t testing.TB, brokers string, partitions int32) string {
 	name := topicName(t.Name())
 	adm := Admin(t, brokers)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatalf("kafkatest: create topic %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := adm.DeleteTopic(ctx, name); err != nil {
-			t.Logf("kafkatest: delete topic %s: %v", name, err)
-		}
-	})
-
-	Wait(t, 20*time.Second, func() bool {
-		m, err := adm.Metadata(ctx, name)
-		if err != nil {
-			return false
-		}
-		td, ok := m.Topics[name]
-		if !ok || td.Err != nil || len(td.Partitions) != int(partitions) {
-			return false
-		}
-		for _, p := range td.Partitions {
-			if p.Err != nil || p.Leader < 0 {
-				return false
-			}
-		}
-		return true
-	})
+	createTopic(t, adm, name, partitions)
 	return name
 }
 
@@ -210,4 +178,43 @@ func toolScript() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// createTopic creates name with adm, waits until every partition has a leader
+// and deletes the topic when t ends.
+func createTopic(t testing.TB, adm *kadm.Client, name string, partitions int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("kafkatest: create topic %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := adm.DeleteTopic(ctx, name); err != nil {
+			t.Logf("kafkatest: delete topic %s: %v", name, err)
+		}
+	})
+
+	Wait(t, 20*time.Second, func() bool {
+		m, err := adm.Metadata(ctx, name)
+		if err != nil {
+			return false
+		}
+		td, ok := m.Topics[name]
+		if !ok || td.Err != nil || len(td.Partitions) != int(partitions) {
+			return false
+		}
+		for _, p := range td.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -1,7 +1,6 @@
 package kafkatest
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -168,39 +166,7 @@ func (s *Secure) Topic(t testing.TB, suffix string, partitions int32) string {
 // for its leaders and deletes it when t ends.
 func (s *Secure) CreateTopic(t testing.TB, name string, partitions int32) {
 	t.Helper()
-	adm := s.AdminClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatalf("kafkatest: create topic %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := adm.DeleteTopic(ctx, name); err != nil {
-			t.Logf("kafkatest: delete topic %s: %v", name, err)
-		}
-	})
-	Wait(t, 20*time.Second, func() bool {
-		m, err := adm.Metadata(ctx, name)
-		if err != nil {
-			return false
-		}
-		td, ok := m.Topics[name]
-		if !ok || td.Err != nil || len(td.Partitions) != int(partitions) {
-			return false
-		}
-		for _, p := range td.Partitions {
-			if p.Err != nil || p.Leader < 0 {
-				return false
-			}
-		}
-		return true
-	})
+	createTopic(t, s.AdminClient(t), name, partitions)
 }
 
 var (
