@@ -28,6 +28,10 @@ type result struct {
 	CommitP99 float64 `json:"commit_p99,omitempty"`
 	StallP50  float64 `json:"stall_p50,omitempty"`
 	StallP99  float64 `json:"stall_p99,omitempty"`
+	// Saturation row (-sample): the highest kafka_eos_buffered_bytes and
+	// VmRSS seen by a 20 ms sampler, bytes.
+	BufferedPeak int64 `json:"buffered_peak,omitempty"`
+	RSSSampled   int64 `json:"rss_sampled,omitempty"`
 	// Rate overrides Records/Seconds when a tool reports its own rate.
 	Rate float64 `json:"rate,omitempty"`
 	MBs  float64 `json:"mbs,omitempty"`
@@ -94,7 +98,12 @@ func runChild(o options) int {
 
 // vmHWM reads this process's peak resident set size from /proc (0 where
 // there is no /proc).
-func vmHWM() int64 {
+func vmHWM() int64 { return procStatus("VmHWM:") }
+
+// vmRSS is this process's resident set size now.
+func vmRSS() int64 { return procStatus("VmRSS:") }
+
+func procStatus(field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
@@ -102,7 +111,7 @@ func vmHWM() int64 {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == "VmHWM:" {
+		if len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
 			return kb << 10
 		}
@@ -120,9 +129,17 @@ func childRun(ctx context.Context, kind string, o options, topic string, size, r
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe, "-child", kind, "-brokers", o.brokers, "-topic", topic,
 		"-size", strconv.Itoa(size), "-records", strconv.Itoa(records), "-interval", interval.String(),
-		"-batch", strconv.Itoa(o.batch), "-probe-slots", strconv.Itoa(o.slots))
+		"-batch", strconv.Itoa(o.batch), "-probe-slots", strconv.Itoa(o.slots),
+		"-max-in-flight", strconv.Itoa(o.maxInFlight),
+		"-fresh="+strconv.FormatBool(o.fresh), "-sample="+strconv.FormatBool(o.sample),
+		"-p-batch-bytes", strconv.Itoa(o.pBatchBytes), "-p-linger", o.pLinger.String(),
+		"-p-compression", o.pCompress, "-p-nodelay="+strconv.FormatBool(o.pNoDelay),
+		"-p-max-records", strconv.Itoa(o.pMaxRecords), "-p-sticky-kib", strconv.Itoa(o.pStickyKiB))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if len(o.childEnv) > 0 {
+		cmd.Env = append(os.Environ(), o.childEnv...)
+	}
 	if err := cmd.Run(); err != nil {
 		return result{}, fmt.Errorf("%s: %v: %s", kind, err, lastLines(stderr.String(), 15))
 	}

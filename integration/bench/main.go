@@ -6,8 +6,8 @@
 //
 //	go run ./integration/bench -out docs/benchmarks.md     (make bench)
 //
-// It starts its own broker with integration/kafka/up.sh --tv 2 --name bench
-// (stopped again at the end) unless -brokers names one. Every row runs on a
+// It starts its own broker with integration/kafka/up.sh --tv 2 --name
+// bench-<pid> (stopped again at the end) unless -brokers names one. Every row runs on a
 // fresh topic with the same records (same count, same size, same partitions),
 // each contender once per round, rounds rotated so no contender always runs
 // first; the table shows the median over -runs rounds, and every ratio is
@@ -45,12 +45,41 @@ type options struct {
 	keep       bool
 	skipJava   bool
 	skipCons   bool
+	skipSat    bool
+	only       map[string]bool // -only: contender slugs (slug()); nil: all
+	brokerName string
+	// maxInFlight is kafka_eos's max_in_flight (and the plain output's
+	// concurrency); 0 leaves the output's default.
+	maxInFlight int
+
+	// producer knobs of the probe and the plain output (-p-*): the
+	// produce-path parity experiments; zero values are producerOpts'
+	// defaults (kafka_eos's).
+	pBatchBytes int
+	pLinger     time.Duration
+	pCompress   string
+	pNoDelay    bool
+	pMaxRecords int
+	pStickyKiB  int
+
+	// saturation row
+	satRecords int
+	satBatch   int
+	// childEnv is added to a child's environment (the saturation row's
+	// GOMEMLIMIT).
+	childEnv []string
 
 	// child mode
 	child    string
 	topic    string
 	size     int
 	interval time.Duration
+	// fresh gives every message its own copy of the value (the saturation
+	// row: a real input allocates every record, the throughput rows share
+	// one value so the input costs nothing).
+	fresh bool
+	// sample: the child samples its RSS and the output's buffered bytes.
+	sample bool
 }
 
 func main() {
@@ -69,10 +98,25 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "leave the broker this run started running")
 	flag.BoolVar(&o.skipJava, "skip-java", false, "do not run Kafka's Java tools")
 	flag.BoolVar(&o.skipCons, "skip-consume", false, "do not run the consume rows")
+	var only string
+	flag.StringVar(&only, "only", "", "run only these contenders, comma separated slugs: kafkaeos, plain, raw, producerperformance, kafkanative, consumerperformance (empty: all)")
+	flag.BoolVar(&o.skipSat, "skip-saturation", false, "do not run the saturation (peak RSS vs max_buffered_bytes) row")
+	flag.StringVar(&o.brokerName, "broker-name", fmt.Sprintf("bench-%d", os.Getpid()), "up.sh --name of the broker this run starts (unique per run by default, so two runs on one machine never share or stop each other's broker)")
+	flag.IntVar(&o.maxInFlight, "max-in-flight", 0, "kafka_eos max_in_flight and the plain output's concurrency (0: the output's default)")
+	flag.IntVar(&o.satRecords, "sat-records", 600000, "records of the saturation row (1 KiB each)")
+	flag.IntVar(&o.satBatch, "sat-batch", 4096, "records per Benthos batch in the saturation row")
+	flag.IntVar(&o.pBatchBytes, "p-batch-bytes", 0, "probe/plain: kgo.ProducerBatchMaxBytes (0: 1 MiB, kafka_eos's max_message_bytes default)")
+	flag.DurationVar(&o.pLinger, "p-linger", 0, "probe/plain: kgo.ProducerLinger (0: none, kafka_eos's)")
+	flag.StringVar(&o.pCompress, "p-compression", "none", "probe/plain: none, lz4, snappy, zstd, gzip")
+	flag.BoolVar(&o.pNoDelay, "p-nodelay", true, "probe/plain: TCP_NODELAY on the connections (Go's default: true)")
+	flag.IntVar(&o.pMaxRecords, "p-max-records", 0, "probe/plain: kgo.MaxBufferedRecords (0: unlimited, the byte budget is the only bound, as kafka_eos)")
+	flag.IntVar(&o.pStickyKiB, "p-sticky-kib", 64, "probe/plain: bytes (KiB) the uniform sticky partitioner puts on one partition before it switches")
 	flag.StringVar(&o.child, "child", "", "internal: run one contender in this process and print its result")
 	flag.StringVar(&o.topic, "topic", "", "internal (child): topic")
 	flag.IntVar(&o.size, "size", 0, "internal (child): record size")
 	flag.DurationVar(&o.interval, "interval", 0, "internal (child): epoch interval")
+	flag.BoolVar(&o.fresh, "fresh", false, "internal (child): a fresh copy of the value per message")
+	flag.BoolVar(&o.sample, "sample", false, "internal (child): sample RSS and buffered bytes")
 	flag.Parse()
 
 	if o.child != "" {
@@ -85,6 +129,12 @@ func main() {
 	}
 	if o.intervals, err = parseDurations(intervals); err != nil {
 		fatalf("-intervals: %v", err)
+	}
+	if only != "" {
+		o.only = map[string]bool{}
+		for _, f := range strings.Split(only, ",") {
+			o.only[strings.TrimSpace(f)] = true
+		}
 	}
 	if o.records <= 0 || o.runs <= 0 || o.partitions <= 0 || o.batch <= 0 || o.slots <= 0 {
 		fatalf("-records, -runs, -partitions, -batch and -probe-slots must be positive")

@@ -55,6 +55,7 @@ func (c *clock) span() (time.Duration, int64) {
 type benchSource struct {
 	count, batch int
 	value        []byte
+	fresh        bool // a copy of value per message
 	clk          *clock
 
 	warmed   chan struct{}
@@ -65,7 +66,8 @@ type benchSource struct {
 
 func benchSourceSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
-		Fields(service.NewIntField("count"), service.NewIntField("size"), service.NewIntField("batch"))
+		Fields(service.NewIntField("count"), service.NewIntField("size"), service.NewIntField("batch"),
+			service.NewBoolField("fresh").Default(false))
 }
 
 func newBenchSource(conf *service.ParsedConfig, clk *clock) (*benchSource, error) {
@@ -81,7 +83,11 @@ func newBenchSource(conf *service.ParsedConfig, clk *clock) (*benchSource, error
 	if err != nil {
 		return nil, err
 	}
-	return &benchSource{count: count, batch: batch, value: payload(size), clk: clk, warmed: make(chan struct{})}, nil
+	fresh, err := conf.FieldBool("fresh")
+	if err != nil {
+		return nil, err
+	}
+	return &benchSource{count: count, batch: batch, value: payload(size), fresh: fresh, clk: clk, warmed: make(chan struct{})}, nil
 }
 
 func (s *benchSource) Connect(context.Context) error { return nil }
@@ -113,7 +119,11 @@ func (s *benchSource) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 	s.emitted += n
 	b := make(service.MessageBatch, n)
 	for i := range b {
-		b[i] = service.NewMessage(s.value)
+		if s.fresh {
+			b[i] = service.NewMessage(append([]byte(nil), s.value...))
+		} else {
+			b[i] = service.NewMessage(s.value)
+		}
 	}
 	total := int64(s.count)
 	return b, func(_ context.Context, err error) error {
@@ -169,7 +179,11 @@ func (s *benchSink) Close(context.Context) error { return nil }
 
 // pipelineYAML is the stream config of one pipeline contender.
 func pipelineYAML(kind string, o options) (string, error) {
-	src := fmt.Sprintf("input:\n  bench_source: { count: %d, size: %d, batch: %d }\n", o.records, o.size, o.batch)
+	src := fmt.Sprintf("input:\n  bench_source: { count: %d, size: %d, batch: %d, fresh: %t }\n", o.records, o.size, o.batch, o.fresh)
+	inFlight := ""
+	if o.maxInFlight > 0 {
+		inFlight = fmt.Sprintf("    max_in_flight: %d\n", o.maxInFlight)
+	}
 	logger := "logger:\n  level: WARN\n"
 	switch kind {
 	case "eos":
@@ -183,18 +197,19 @@ func pipelineYAML(kind string, o options) (string, error) {
     # --transaction-duration-ms does (the record and byte caps are off;
     # max_in_flight, default 64 batches, still closes an epoch early).
     epoch: { interval: %s, max_records: 0, max_bytes: 0 }
-cache_resources:
+%scache_resources:
   - label: eos_state
     kafka_state:
       seed_brokers: [ %q ]
       topic: bench_eos_state
-`, o.brokers, o.topic, "bench-"+o.topic, o.interval, o.brokers) + logger, nil
+`, o.brokers, o.topic, "bench-"+o.topic, o.interval, inFlight, o.brokers) + logger, nil
 	case "plain":
 		return src + fmt.Sprintf(`output:
   bench_plain:
     seed_brokers: %q
     topic: %q
-`, o.brokers, o.topic) + logger, nil
+    max_in_flight: %d
+`, o.brokers, o.topic, plainInFlight(o.maxInFlight)) + logger, nil
 	case "native":
 		return fmt.Sprintf(`input:
   kafka_native:
@@ -232,7 +247,7 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 	}); err != nil {
 		return result{}, err
 	}
-	if err := registerPlain(env); err != nil {
+	if err := registerPlain(env, o); err != nil {
 		return result{}, err
 	}
 
@@ -253,8 +268,16 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 	}
 	runCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	if err := stream.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
-		return result{}, fmt.Errorf("stream: %w", err)
+	var smp *sampler
+	if o.sample {
+		smp = startSampler(exp)
+	}
+	runErr := stream.Run(runCtx)
+	if smp != nil {
+		smp.stop()
+	}
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		return result{}, fmt.Errorf("stream: %w", runErr)
 	}
 	d, n := clk.span()
 	if n == 0 || d <= 0 {
@@ -265,7 +288,58 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 		r.Bytes = 0 // filled in by the parent, which knows the record size
 	}
 	readOutputMetrics(exp, &r)
+	if smp != nil {
+		r.BufferedPeak, r.RSSSampled = smp.buffered.Load(), smp.rss.Load()
+	}
 	return r, nil
+}
+
+// sampler records, every 20 ms, the highest kafka_eos_buffered_bytes (the
+// bytes franz-go holds against max_buffered_bytes, set by the output after
+// every batch) and the highest VmRSS: the saturation row shows with them that
+// the byte budget was reached, and how the peak RSS relates to it.
+type sampler struct {
+	buffered, rss atomic.Int64
+	done          chan struct{}
+	stopped       sync.WaitGroup
+}
+
+func startSampler(exp *promexport.Exporter) *sampler {
+	s := &sampler{done: make(chan struct{})}
+	s.stopped.Add(1)
+	go func() {
+		defer s.stopped.Done()
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if v := vmRSS(); v > s.rss.Load() {
+				s.rss.Store(v)
+			}
+			if mfs, err := exp.Registry().Gather(); err == nil {
+				for _, mf := range mfs {
+					if mf.GetName() != "kafka_eos_buffered_bytes" {
+						continue
+					}
+					for _, m := range mf.GetMetric() {
+						if v := int64(m.GetGauge().GetValue()); v > s.buffered.Load() {
+							s.buffered.Store(v)
+						}
+					}
+				}
+			}
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) stop() {
+	close(s.done)
+	s.stopped.Wait()
 }
 
 // readOutputMetrics copies the kafka_eos metrics (output/metrics.go) from the

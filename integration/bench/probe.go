@@ -24,7 +24,7 @@ func runProbe(ctx context.Context, o options, slots int) (result, error) {
 	value := payload(o.size)
 	clients := make([]*kgo.Client, slots)
 	for i := range clients {
-		opts := append(producerOpts(o.brokers, o.topic),
+		opts := append(producerOpts(o),
 			kgo.TransactionalID(fmt.Sprintf("bench-probe-%s-%d", o.topic, i)),
 			kgo.TransactionTimeout(60*time.Second))
 		cl, err := kgo.NewClient(opts...)

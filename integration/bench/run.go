@@ -51,13 +51,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	if o.brokers == "" {
-		addr, err := brokerUp(ctx, root)
+		addr, err := brokerUp(ctx, root, o.brokerName)
 		if err != nil {
 			return err
 		}
 		o.brokers = addr
 		if !o.keep {
-			defer brokerDown(root)
+			defer brokerDown(root, o.brokerName)
 		}
 	}
 	logf("broker %s", o.brokers)
@@ -82,7 +82,7 @@ func run(ctx context.Context, o options) error {
 			for r := 0; r < o.runs; r++ {
 				for i := range produceContenders {
 					name := produceContenders[(i+r)%len(produceContenders)]
-					if name == cPP && o.skipJava {
+					if name == cPP && o.skipJava || !o.selected(name) {
 						continue
 					}
 					topic := fmt.Sprintf("bench-%s-%d-%s-%d-%s", slug(name), size, iv, r, stamp)
@@ -117,7 +117,7 @@ func run(ctx context.Context, o options) error {
 			for r := 0; r < o.runs; r++ {
 				for i := range consumeContenders {
 					name := consumeContenders[(i+r)%len(consumeContenders)]
-					if name == cCP && o.skipJava {
+					if name == cCP && o.skipJava || !o.selected(name) {
 						continue
 					}
 					res, err := runConsume(ctx, name, o, topic, size, total, tmp)
@@ -131,7 +131,14 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
-	rep := report{opts: o, produce: produce, consume: consume, started: started, elapsed: time.Since(started)}
+	var sat []*satCell
+	if !o.skipSat && o.selected(cEOS) {
+		if sat, err = runSaturation(ctx, adm, o, stamp, tmp); err != nil {
+			return err
+		}
+	}
+
+	rep := report{opts: o, produce: produce, consume: consume, saturation: sat, started: started, elapsed: time.Since(started)}
 	rep.machine = describeMachine(ctx, root)
 	md := rep.markdown()
 	fmt.Println(md)
@@ -149,6 +156,58 @@ func run(ctx context.Context, o options) error {
 		logf("wrote %s", o.out)
 	}
 	return nil
+}
+
+// satCell is one configuration of the saturation row: kafka_eos with 1 KiB
+// records, a fresh value per message (a real input allocates every record),
+// batches of -sat-batch records and the output's defaults (max_in_flight 64,
+// max_buffered_bytes 256 MiB), so that max_in_flight x batch bytes reaches
+// the byte budget; optionally with GOMEMLIMIT set on the child.
+type satCell struct {
+	goMemLimit string
+	rounds     []*result
+	errs       []string
+}
+
+// satGoMemLimit is the GOMEMLIMIT of the second saturation configuration:
+// the bound, max_buffered_bytes (256 MiB default) + 64 MiB.
+const satGoMemLimit = "320MiB"
+
+const satSize = 1024
+
+func runSaturation(ctx context.Context, adm *kadm.Client, o options, stamp, tmp string) ([]*satCell, error) {
+	var out []*satCell
+	for _, lim := range []string{"", satGoMemLimit} {
+		sc := &satCell{goMemLimit: lim, rounds: make([]*result, o.runs)}
+		out = append(out, sc)
+		so := o
+		so.fresh, so.sample, so.batch, so.maxInFlight = true, true, o.satBatch, 0
+		if lim != "" {
+			so.childEnv = []string{"GOMEMLIMIT=" + lim}
+		}
+		for r := 0; r < o.runs; r++ {
+			topic := fmt.Sprintf("bench-sat-%d-%d-%s", len(out), r, stamp)
+			res, err := withTopic(ctx, adm, topic, o.partitions, func() (result, error) {
+				return childRun(ctx, "eos", so, topic, satSize, o.satRecords, time.Second)
+			})
+			label := "saturation, GOMEMLIMIT " + lim
+			if lim == "" {
+				label = "saturation, no GOMEMLIMIT"
+			}
+			if err != nil {
+				msg := fmt.Sprintf("round %d %s: %v", r+1, label, err)
+				sc.errs = append(sc.errs, msg)
+				logf("FAILED %s", msg)
+			} else {
+				sc.rounds[r] = &res
+				logf("round %d %s: %.0f records/s, peak buffered %d MiB, VmHWM %d MiB", r+1, label, res.RecordsPerSec(), res.BufferedPeak>>20, res.RSS>>20)
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		}
+	}
+	return out, nil
 }
 
 func (c *cell) record(name string, round, runs int, res result, err error) {
@@ -201,6 +260,9 @@ func runConsume(ctx context.Context, name string, o options, topic string, size,
 	}
 	return r, err
 }
+
+// selected says whether -only lets contender name run.
+func (o options) selected(name string) bool { return o.only == nil || o.only[slug(name)] }
 
 func slug(name string) string {
 	return strings.NewReplacer(" ", "", "(", "", ")", "", "_", "").Replace(strings.ToLower(strings.Fields(name)[0]))
@@ -255,10 +317,13 @@ func deleteTopic(adm *kadm.Client, topic string) {
 	}
 }
 
-// brokerUp starts the bench broker with up.sh and returns its address.
-func brokerUp(ctx context.Context, root string) (string, error) {
-	logf("starting Apache Kafka: integration/kafka/up.sh --tv 2 --name bench")
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "integration/kafka/up.sh"), "--tv", "2", "--name", "bench")
+// brokerUp starts the bench broker with up.sh and returns its address. The
+// name is unique per run by default (bench-<pid>): up.sh reuses a running
+// broker of the same name and down.sh stops it, so a fixed name would let two
+// runs on a shared machine measure on, and stop, one broker.
+func brokerUp(ctx context.Context, root, name string) (string, error) {
+	logf("starting Apache Kafka: integration/kafka/up.sh --tv 2 --name %s --no-sasl-ssl", name)
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "integration/kafka/up.sh"), "--tv", "2", "--name", name, "--no-sasl-ssl")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -273,8 +338,8 @@ func brokerUp(ctx context.Context, root string) (string, error) {
 	return "", errors.New("up.sh printed no KAFKA_BROKERS= line")
 }
 
-func brokerDown(root string) {
-	cmd := exec.Command("bash", filepath.Join(root, "integration/kafka/down.sh"), "--name", "bench")
+func brokerDown(root, name string) {
+	cmd := exec.Command("bash", filepath.Join(root, "integration/kafka/down.sh"), "--name", name)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		logf("down.sh: %v", err)
