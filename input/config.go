@@ -51,6 +51,7 @@ type config struct {
 	hwmWaitTimeout time.Duration
 
 	tombstones string
+	format     string // formatMessage or formatArrow
 
 	maxBatchRecords   int
 	maxBatchBytes     int
@@ -197,6 +198,9 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 	if c.tombstones, err = conf.FieldString(knFieldTombstones); err != nil {
 		return nil, err
 	}
+	if c.format, err = conf.FieldString(knFieldFormat); err != nil {
+		return nil, err
+	}
 	if c.maxBatchRecords, err = conf.FieldInt(knFieldMaxBatchRecords); err != nil {
 		return nil, err
 	}
@@ -249,6 +253,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("field %s: applies only to %s latest", knFieldStopAtHWM, knFieldStopOffset)
 	case c.membership && (c.group == "" || c.stop != offsetNone || c.start != offsetCommitted):
 		return fmt.Errorf("field %s: needs a %s, %s none and %s committed", knFieldGroupMembership, knFieldConsumerGroup, knFieldStopOffset, knFieldStartOffset)
+	case c.format == formatArrow && c.tombstones == tombstonesFail:
+		return fmt.Errorf("field %s: fail cannot apply to one record of an Arrow message (format arrow): use emit (null values are kept) or drop", knFieldTombstones)
 	case c.maxBatchRecords < 1:
 		return fmt.Errorf("field %s: must be at least 1", knFieldMaxBatchRecords)
 	case c.maxBatchBytes < 1:

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
 	"github.com/connect-eos/connect-eos/internal/fatal"
 )
 
@@ -281,6 +282,9 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 			unknownSince: map[tp]time.Time{},
 			lastErrLog:   map[string]time.Time{},
 			probe:        &prober{cfg: cfg, cl: c.admCl, adm: adm, tr: c.tr, met: in.met, log: in.log},
+		}
+		if cfg.format == formatArrow {
+			loop.enc = kafkaarrow.NewEncoder()
 		}
 		go loop.run(context.Background())
 	} else {

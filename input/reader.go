@@ -11,6 +11,8 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
 )
 
 // Metadata keys set on every message.
@@ -21,6 +23,12 @@ const (
 	metaOffset    = "kafka_offset"
 	metaTimestamp = "kafka_timestamp_ms"
 	metaTombstone = "kafka_tombstone_message"
+
+	// With format: arrow, instead of the per-record keys above (the
+	// records are rows of the body).
+	metaFirstOffset = "kafka_first_offset"
+	metaLastOffset  = "kafka_last_offset"
+	metaRecordCount = "kafka_record_count"
 )
 
 // pollTimeout bounds one PollFetches so that the loop re-evaluates pauses and
@@ -53,6 +61,9 @@ type fetchLoop struct {
 	out    chan<- readyBatch
 	done   chan<- struct{} // closed once every partition is finished and its batches were sent
 	onFail func(error)     // raises a fatal error
+	// enc encodes the Arrow messages of format: arrow (nil otherwise);
+	// only this loop's goroutine uses it.
+	enc *kafkaarrow.Encoder
 
 	unknownSince map[tp]time.Time
 	lastErrLog   map[string]time.Time
@@ -128,18 +139,29 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 	}
 	var (
 		msgs    service.MessageBatch
+		rows    []*kgo.Record // format: arrow: the records of the next Arrow message
 		bytes   int64
 		last    int64 = -1
 		inBytes int64
 	)
+	arrow := f.enc != nil
 	flush := func(to int64) bool {
 		if to < 0 {
 			return true
 		}
+		emitted := int64(len(msgs))
+		if arrow && len(rows) > 0 {
+			msg, err := f.toArrowMessage(p, rows)
+			if err != nil {
+				f.onFail(err)
+				return false
+			}
+			msgs, emitted = service.MessageBatch{msg}, int64(len(rows))
+		}
 		pending := len(msgs) > 0
 		sp := f.tr.advance(p, to, bytes, pending, now)
 		if pending && sp != nil {
-			f.tr.update(p, func(ps *partState) { ps.emitted += int64(len(msgs)) })
+			f.tr.update(p, func(ps *partState) { ps.emitted += emitted })
 			if f.cfg.group != "" {
 				s := Span{Topic: p.Topic, Partition: p.Partition, From: sp.from, To: sp.to, Generation: -1}
 				if f.cfg.membership {
@@ -151,7 +173,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 				return false
 			}
 		}
-		msgs, bytes, last = nil, 0, -1
+		msgs, rows, bytes, last = nil, rows[:0], 0, -1
 		return true
 	}
 	for _, r := range recs {
@@ -171,7 +193,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 		}
 		size := int64(len(r.Key) + len(r.Value))
 		inBytes += size
-		if len(msgs) > 0 && (len(msgs) >= f.cfg.maxBatchRecords || bytes+size > int64(f.cfg.maxBatchBytes)) {
+		if n := len(msgs) + len(rows); n > 0 && (n >= f.cfg.maxBatchRecords || bytes+size > int64(f.cfg.maxBatchBytes)) {
 			if !flush(last) {
 				return false
 			}
@@ -187,7 +209,11 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 		if r.Value == nil && f.cfg.tombstones == tombstonesDrop {
 			continue
 		}
-		msgs = append(msgs, f.toMessage(r))
+		if arrow {
+			rows = append(rows, r)
+		} else {
+			msgs = append(msgs, f.toMessage(r))
+		}
 		bytes += size
 	}
 	f.met.bytesIn(p, inBytes)
@@ -228,6 +254,27 @@ func (f *fetchLoop) toMessage(r *kgo.Record) *service.Message {
 		msg.SetError(fmt.Errorf("tombstone (null value) at %s:%d offset %d", r.Topic, r.Partition, r.Offset))
 	}
 	return msg
+}
+
+// toArrowMessage encodes the records of one partition (markers and dropped
+// tombstones already left out) as one message holding an Arrow IPC stream
+// (kafkaarrow.Schema), with the partition and the offsets of its first and
+// last record in metadata. The body is a fresh slice: the encoder's scratch
+// buffers are reused by the next call, the body is not.
+func (f *fetchLoop) toArrowMessage(p tp, rows []*kgo.Record) (*service.Message, error) {
+	body, err := f.enc.AppendIPC(nil, rows)
+	if err != nil {
+		// Only ErrTooLarge: more than 2 GiB of keys, values or headers in
+		// one batch, which max_batch_bytes prevents for keys and values.
+		return nil, fmt.Errorf("encoding %d records of %s [%d, %d] as Arrow: %w (lower %s)", len(rows), p, rows[0].Offset, rows[len(rows)-1].Offset, err, knFieldMaxBatchBytes)
+	}
+	msg := service.NewMessage(body)
+	msg.MetaSetMut(metaTopic, p.Topic)
+	msg.MetaSetMut(metaPartition, int64(p.Partition))
+	msg.MetaSetMut(metaFirstOffset, rows[0].Offset)
+	msg.MetaSetMut(metaLastOffset, rows[len(rows)-1].Offset)
+	msg.MetaSetMut(metaRecordCount, int64(len(rows)))
+	return msg, nil
 }
 
 // flowControl pauses finished partitions (so kgo stops fetching past their

@@ -41,6 +41,7 @@ const (
 	knFieldStopAtHWM           = "stop_at_high_watermark"
 	knFieldStopHWMWaitTimeout  = "high_watermark_wait_timeout"
 	knFieldTombstones          = "tombstones"
+	knFieldFormat              = "format"
 	knFieldMaxBatchRecords     = "max_batch_records"
 	knFieldMaxBatchBytes       = "max_batch_bytes"
 	knFieldMaxPartitionBytes   = "fetch_max_partition_bytes"
@@ -67,6 +68,9 @@ const (
 	tombstonesEmit = "emit"
 	tombstonesDrop = "drop"
 	tombstonesFail = "fail"
+
+	formatMessage = "message"
+	formatArrow   = "arrow"
 )
 
 // specLint rejects the combinations that can never work, so that
@@ -86,6 +90,7 @@ root = match {
   (this.stop_at_high_watermark | false) && $stop != "latest" => [ "stop_at_high_watermark applies only to stop_offset latest" ],
   (this.group_membership | false) && ($group == "" || $stop != "none" || $start != "committed") => [ "group_membership needs a consumer_group, stop_offset none and start_offset committed" ],
   (this.group_membership | false) && (this.topics | []).any(t -> t.contains(":")) => [ "group_membership reads whole topics: the group assigns the partitions" ],
+  (this.format | "message") == "arrow" && (this.tombstones | "emit") == "fail" => [ "tombstones fail cannot apply to one record of an Arrow message (format arrow): use emit (null values are kept) or drop" ],
   _ => [],
 }
 `
@@ -137,6 +142,10 @@ This input adds the following metadata fields to each message:
 `+"```"+`
 
 Benthos metadata is a map of strings: of several headers with the same key only the last one is kept, and a null key reads the same as an empty one (`+"`kafka_key`"+` is empty). A tombstone (a record with a null value) is emitted with an empty body and `+"`kafka_tombstone_message: true`"+`, unlike a record with an empty value (`+"`false`"+`).
+
+### Arrow format
+
+With `+"`format: arrow`"+` each message holds a whole batch of one partition as an Arrow IPC stream: one message (and one metadata map) per batch instead of per record, which is what a high-volume copy wants. The records travel exactly (null and empty keys and values apart, every header in order), so a `+"`kafka_eos`"+` output writes them back unchanged. Its metadata: `+"`kafka_topic`"+`, `+"`kafka_partition`"+`, `+"`kafka_first_offset`"+`, `+"`kafka_last_offset`"+` and `+"`kafka_record_count`"+`. The per-record keys above are not set. Raise `+"`max_batch_records`"+` (default 1024) for larger messages.
 `).
 		Fields(kafkaconf.Fields()...).
 		Fields(
@@ -191,6 +200,9 @@ Benthos metadata is a map of strings: of several headers with the same key only 
 			service.NewStringEnumField(knFieldTombstones, tombstonesEmit, tombstonesDrop, tombstonesFail).
 				Description("What to do with a record with a null value (a tombstone): `emit` it as a message with an empty body and `kafka_tombstone_message: true` (the default), `drop` it, or `fail` it: emit it flagged with an error, so that a `catch` processor or a `switch` output on `errored()` can handle it. The offset advances past it in every case.").
 				Default(tombstonesEmit),
+			service.NewStringEnumField(knFieldFormat, formatMessage, formatArrow).
+				Description("`message` (the default) emits one message per record. `arrow` emits one message per batch (the records of one fetch of one partition, cut at `max_batch_records` and `max_batch_bytes`) whose body is an Arrow IPC stream in the schema of the project's `arrow` package (one row per record: topic, partition, offset, timestamp, key, value, headers; null keys, tombstones and duplicate headers kept as they are), with the metadata `kafka_topic`, `kafka_partition`, `kafka_first_offset`, `kafka_last_offset` (the offsets of its first and last row) and `kafka_record_count`. A `kafka_eos` output writes the rows back as records. Offsets, acks, stops and the Kafka-to-Kafka hand-over work as in `message` mode: the message covers the whole offset range of its batch, markers and aborted records included. With `tombstones: emit` a tombstone is a row with a null value, with `drop` it is left out; `fail` is rejected (one row cannot fail alone).").
+				Default(formatMessage),
 			service.NewIntField(knFieldMaxBatchRecords).
 				Description("The most records in one Benthos batch. A batch holds the records of one fetch of one partition, split at this cap. Default 1024.").
 				Default(1024),
