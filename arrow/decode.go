@@ -301,3 +301,33 @@ func (a *limitAllocator) Reallocate(n int, b []byte) []byte {
 }
 
 func (a *limitAllocator) Free(b []byte) { a.mem.Free(b) }
+
+// IsKafkaIPC reports whether b begins with an Arrow IPC stream whose schema
+// is the Kafka record schema (as ValidateSchema checks it). Only the schema
+// message is read, with the same checks as Decode; the record batches are
+// not, so a true result does not mean Decode will succeed: a stream that
+// declares the Kafka schema and is then damaged must fail loudly rather than
+// be taken for an opaque value. Anything else (text, JSON, Arrow streams of
+// other schemas, random bytes) gives false. It never panics.
+//
+// It is the auto-detection of the kafka_eos output: bytes that do not start
+// with the IPC continuation token (0xFFFFFFFF) are rejected after four
+// bytes, so plain payloads cost nothing.
+func IsKafkaIPC(b []byte) (ok bool) {
+	if len(b) < 8 || binary.LittleEndian.Uint32(b) != continuationToken {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	mr := &bytesMessageReader{b: b}
+	mr.refs.Store(1)
+	rdr, err := ipc.NewReaderFromMessageReader(mr, ipc.WithEnsureNativeEndian(false), ipc.WithAllocator(&limitAllocator{mem: memory.DefaultAllocator, left: 1 << 20}))
+	if err != nil {
+		return false
+	}
+	defer rdr.Release()
+	return ValidateSchema(rdr.Schema()) == nil
+}
