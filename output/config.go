@@ -39,6 +39,10 @@ type config struct {
 	// group is the consumer group whose offsets the output commits
 	// (Kafka-to-Kafka mode), "" in plain mode.
 	group string
+	// inputFormat says which messages are Arrow IPC streams whose rows are
+	// written as records (keoInputFormat*).
+	inputFormat     string
+	arrowTimestamps bool
 }
 
 // ErrConfig is wrapped by every configuration error; the message names the
@@ -75,16 +79,36 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 			return nil, fieldErr(keoFieldPartition, err)
 		}
 	}
+	if c.inputFormat, err = conf.FieldString(keoFieldInputFormat); err != nil {
+		return nil, fieldErr(keoFieldInputFormat, err)
+	}
+	if c.arrowTimestamps, err = conf.FieldBool(keoFieldArrowTimestamps); err != nil {
+		return nil, fieldErr(keoFieldArrowTimestamps, err)
+	}
+	arrowOnly := c.inputFormat == keoInputFormatArrow
 	switch {
-	case c.partitioner == keoPartitionerManual && c.partition == nil:
+	case c.partitioner == keoPartitionerManual && c.partition == nil && !arrowOnly:
 		return nil, fieldErr(keoFieldPartition, errors.New("required when partitioner is manual"))
 	case c.partitioner != keoPartitionerManual && c.partition != nil:
 		return nil, fieldErr(keoFieldPartition, errors.New("only used when partitioner is manual"))
+	case arrowOnly && c.partition != nil:
+		return nil, fieldErr(keoFieldPartition, errors.New("not used with input_format arrow: under partitioner manual each row keeps its own partition"))
+	case arrowOnly && c.key != nil:
+		return nil, fieldErr(keoFieldKey, errors.New("not used with input_format arrow: each row keeps its own key"))
 	}
 	if conf.Contains(keoFieldMetadata) {
 		if c.metadata, err = conf.FieldMetadataFilter(keoFieldMetadata); err != nil {
 			return nil, fieldErr(keoFieldMetadata, err)
 		}
+	}
+	if arrowOnly && conf.Contains(keoFieldMetadata) {
+		// The filter has defaults: it is set when it includes anything.
+		for _, f := range []string{"include_prefixes", "include_patterns"} {
+			if l, _ := conf.FieldStringList(keoFieldMetadata, f); len(l) > 0 {
+				return nil, fieldErr(keoFieldMetadata, errors.New("not used with input_format arrow: each row keeps its own headers"))
+			}
+		}
+		c.metadata = nil
 	}
 	if c.compression, err = conf.FieldString(keoFieldCompression); err != nil {
 		return nil, fieldErr(keoFieldCompression, err)
@@ -170,6 +194,12 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	return c, nil
 }
 
+// keepsRowTimestamps says whether records may carry a timestamp set before
+// the produce call (Arrow rows with arrow_timestamps).
+func (c *config) keepsRowTimestamps() bool {
+	return c.inputFormat != keoInputFormatMessage && c.arrowTimestamps
+}
+
 // producerOpts are the options of every slot client, beside the connection
 // and the transactional id.
 func (c *config) producerOpts() []kgo.Opt {
@@ -188,9 +218,16 @@ func (c *config) producerOpts() []kgo.Opt {
 		// metadata refreshes instead of stalling the epoch until the
 		// transaction times out.
 		kgo.UnknownTopicRetries(3),
+	}
+	if !c.keepsRowTimestamps() {
 		// A record may take as long as its epoch may live; franz-go
-		// refuses less than 1s.
-		kgo.RecordDeliveryTimeout(max(c.txnTimeout-timeoutMargin(c.txnTimeout), time.Second)),
+		// refuses less than 1s. franz-go measures this timeout from
+		// Record.Timestamp, not from the produce call: a record that keeps
+		// an older source timestamp (Arrow rows, arrow_timestamps) would
+		// time out before it is sent. Without it the bound is the epoch's
+		// own deadline, which the commit applies to the flush (and then
+		// aborts the buffered records).
+		opts = append(opts, kgo.RecordDeliveryTimeout(max(c.txnTimeout-timeoutMargin(c.txnTimeout), time.Second)))
 	}
 	switch c.partitioner {
 	case keoPartitionerManual:

@@ -17,10 +17,21 @@ import (
 // batchRef is one WriteBatch call's batch inside an epoch.
 type batchRef struct {
 	batch service.MessageBatch
-	recs  []*kgo.Record // recs[i] is message i
+	recs  []*kgo.Record
+	// msgOf[i] is the message of recs[i] (an Arrow message gives several
+	// records); nil when recs[i] is message i.
+	msgOf []int
 	errs  map[int]error // guarded by epoch.mu: per-message produce failures
 	// spans are the source ranges of the batch (Kafka-to-Kafka mode).
 	spans []input.Span
+}
+
+// msg returns the message index of record i.
+func (b *batchRef) msg(i int) int {
+	if b.msgOf == nil {
+		return i
+	}
+	return b.msgOf[i]
 }
 
 type topicPartition struct {
@@ -90,7 +101,7 @@ func (ep *epoch) advance(to txnstate.Phase) {
 	ep.phase = next
 }
 
-// promise returns the produce promise of message i of ref. It records the
+// promise returns the produce promise of a record of message i of ref. It records the
 // first offset and producer id per partition (the recovery identity) or the
 // failure, naming the topic, partition and size.
 func (ep *epoch) promise(ref *batchRef, i int) func(*kgo.Record, error) {

@@ -23,6 +23,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
 	"github.com/connect-eos/connect-eos/input"
 	"github.com/connect-eos/connect-eos/internal/fatal"
 	"github.com/connect-eos/connect-eos/txnstate"
@@ -44,6 +45,10 @@ type output struct {
 	// endTxn ends a slot's transaction: (*kgo.Client).EndTransaction, or a
 	// test double that loses the answer.
 	endTxn func(*kgo.Client, context.Context, kgo.TransactionEndTry) error
+
+	// arrowDec decodes Arrow IPC messages (input_format); safe for
+	// concurrent use.
+	arrowDec *kafkaarrow.Decoder
 
 	admin     *kgo.Client // non-transactional: kadm and raw requests
 	clusterTV txnstate.TxnVersion
@@ -91,6 +96,7 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 		closedCh: make(chan struct{}),
 		readyCh:  make(chan struct{}),
 		endTxn:   (*kgo.Client).EndTransaction,
+		arrowDec: kafkaarrow.NewDecoder(),
 	}
 	if c.group != "" {
 		// Benthos constructs every component before any connects: the
@@ -201,10 +207,17 @@ func (o *output) classifyConnectErr(err error) error {
 // if needed), produces its records and returns once the epoch committed (nil)
 // or aborted (the batch is nacked). A batch is never split across epochs.
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
-	recs, err := o.toRecords(batch)
+	tr, err := o.toRecords(batch)
 	if err != nil {
 		return err
 	}
+	// The Arrow batches alias the message bodies, which Benthos keeps
+	// alive until the batch is acknowledged, and their buffers are on the
+	// Go heap (the decoder's default allocator frees nothing): releasing
+	// them on return is safe even when records are still in flight after a
+	// cancelled wait.
+	defer kafkaarrow.ReleaseAll(tr.arrow)
+	recs := tr.recs
 	if len(recs) == 0 {
 		return nil // nothing to commit: an empty epoch is never committed
 	}
@@ -226,7 +239,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		o.mu.Unlock()
 		return err
 	}
-	ref := &batchRef{batch: batch, recs: recs, spans: spans}
+	ref := &batchRef{batch: batch, recs: recs, msgOf: tr.msgOf, spans: spans}
 	ep.batches = append(ep.batches, ref)
 	ep.records += len(recs)
 	ep.bytes += size
@@ -240,7 +253,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	// Records are produced on the output's run context, not the caller's:
 	// they belong to the epoch, which other batches share.
 	for i, r := range recs {
-		ep.slot.cl.Produce(o.runCtx, r, ep.promise(ref, i))
+		ep.slot.cl.Produce(o.runCtx, r, ep.promise(ref, ref.msg(i)))
 	}
 	ep.producing.Done()
 	o.m.records.Incr(int64(len(recs)))
@@ -484,11 +497,24 @@ func (o *output) bufferedBytes() int64 {
 	return n
 }
 
-// toRecords turns a batch into records. A message whose topic, key or
-// partition cannot be computed fails alone (BatchError), before anything is
-// produced.
-func (o *output) toRecords(batch service.MessageBatch) ([]*kgo.Record, error) {
-	recs := make([]*kgo.Record, len(batch))
+// batchRecords is a batch turned into records.
+type batchRecords struct {
+	recs []*kgo.Record
+	// msgOf[i] is the message recs[i] comes from; nil when recs[i] is
+	// message i (no Arrow message in the batch).
+	msgOf []int
+	// arrow are the decoded Arrow batches the records alias, released once
+	// the batch was written.
+	arrow []*kafkaarrow.Batch
+}
+
+// toRecords turns a batch into records: one per plain message, one per row
+// of an Arrow message (see input_format). A message whose topic, key or
+// partition cannot be computed, or whose Arrow IPC body does not decode,
+// fails alone (BatchError), before anything is produced.
+func (o *output) toRecords(batch service.MessageBatch) (batchRecords, error) {
+	var out batchRecords
+	recs := make([]*kgo.Record, 0, len(batch))
 	var berr *service.BatchError
 	fail := func(i int, err error) {
 		if berr == nil {
@@ -508,6 +534,30 @@ func (o *output) toRecords(batch service.MessageBatch) ([]*kgo.Record, error) {
 		topic, err := topicX.TryString(i)
 		if err != nil || topic == "" {
 			fail(i, fmt.Errorf("field %s: %v (topic %q)", keoFieldTopic, err, topic))
+			continue
+		}
+		body, err := msg.AsBytes()
+		if err != nil {
+			fail(i, err)
+			continue
+		}
+		if o.isArrow(body) {
+			n := len(recs)
+			recs, err = o.arrowRecords(recs, &out, topic, body)
+			if err != nil {
+				fail(i, err)
+				recs = recs[:n]
+				continue
+			}
+			if out.msgOf == nil {
+				out.msgOf = make([]int, n, max(len(recs), len(batch)))
+				for j := range out.msgOf {
+					out.msgOf[j] = j
+				}
+			}
+			for range recs[n:] {
+				out.msgOf = append(out.msgOf, i)
+			}
 			continue
 		}
 		r := &kgo.Record{Topic: topic}
@@ -540,18 +590,64 @@ func (o *output) toRecords(batch service.MessageBatch) ([]*kgo.Record, error) {
 				return nil
 			})
 		}
-		if r.Value, err = msg.AsBytes(); err != nil {
-			fail(i, err)
-			continue
-		}
+		r.Value = body
 		if sz := recordSize(r); sz > o.conf.maxMessageBytes {
 			fail(i, &RecordError{Topic: topic, Partition: r.Partition, Size: sz, Err: fmt.Errorf("larger than %s %d", keoFieldMaxMessageBytes, o.conf.maxMessageBytes)})
 			continue
 		}
-		recs[i] = r
+		if out.msgOf != nil {
+			out.msgOf = append(out.msgOf, i)
+		}
+		recs = append(recs, r)
 	}
 	if berr != nil {
-		return nil, berr
+		kafkaarrow.ReleaseAll(out.arrow)
+		return batchRecords{}, berr
+	}
+	out.recs = recs
+	return out, nil
+}
+
+// isArrow says whether a message body is written as the rows of an Arrow
+// IPC stream (input_format).
+func (o *output) isArrow(body []byte) bool {
+	switch o.conf.inputFormat {
+	case keoInputFormatArrow:
+		return true
+	case keoInputFormatAuto:
+		return kafkaarrow.IsKafkaIPC(body)
+	}
+	return false
+}
+
+// arrowRecords appends one record per row of the Arrow IPC stream body to
+// recs, all to topic. Keys, values and header values alias body (no copy per
+// record: Batch.ProduceRecords carves the records out of one slab per Arrow
+// batch). The decoded batches are added to out.arrow, to be released once
+// the records were produced.
+func (o *output) arrowRecords(recs []*kgo.Record, out *batchRecords, topic string, body []byte) ([]*kgo.Record, error) {
+	batches, err := o.arrowDec.Decode(body)
+	if err != nil {
+		return recs, fmt.Errorf("Arrow IPC message (input_format %s): %w", o.conf.inputFormat, err)
+	}
+	out.arrow = append(out.arrow, batches...)
+	opts := kafkaarrow.ProduceOptions{
+		Topic:     topic,
+		Partition: o.conf.partitioner == keoPartitionerManual,
+		Timestamp: o.conf.arrowTimestamps,
+	}
+	n := len(recs)
+	for _, b := range batches {
+		recs = b.ProduceRecords(recs, opts)
+	}
+	for j, r := range recs[n:] {
+		if sz := recordSize(r); sz > o.conf.maxMessageBytes {
+			return recs, &RecordError{Topic: topic, Partition: r.Partition, Size: sz,
+				Err: fmt.Errorf("Arrow row %d: larger than %s %d", j, keoFieldMaxMessageBytes, o.conf.maxMessageBytes)}
+		}
+		if r.Partition < 0 {
+			return recs, fmt.Errorf("Arrow row %d: negative partition %d", j, r.Partition)
+		}
 	}
 	return recs, nil
 }

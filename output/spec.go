@@ -39,6 +39,11 @@ const (
 	keoFieldRecoveryOverride  = "recovery_override"
 	keoFieldCommitBudget      = "commit_timeout"
 	keoFieldConsumerGroup     = "consumer_group"
+	keoFieldInputFormat       = "input_format"
+	keoFieldArrowTimestamps   = "arrow_timestamps"
+	keoInputFormatAuto        = "auto"
+	keoInputFormatMessage     = "message"
+	keoInputFormatArrow       = "arrow"
 	keoPartitionerMurmur2     = "murmur2"
 	keoPartitionerManual      = "manual"
 	keoPartitionerRoundRobin  = "round_robin"
@@ -70,6 +75,7 @@ let interval = (this.epoch.interval | "100ms").parse_duration()
 let budget = (this.commit_timeout | "10s").parse_duration()
 let pool = this.producer_pool_size | 2
 let part = this.partitioner | "murmur2"
+let format = this.input_format | "auto"
 root = [
   if $interval + 2 * $budget >= $timeout - $timeout / 10 {
     "field epoch.interval: %v plus twice commit_timeout (%v) must stay well below transaction_timeout (%v) minus a 10%% margin".format(this.epoch.interval | "100ms", this.commit_timeout | "10s", this.transaction_timeout | "60s")
@@ -77,8 +83,17 @@ root = [
   if $pool < 2 {
     "field producer_pool_size: must be at least 2 (epoch N+1 produces while N commits), got %v".format($pool)
   },
-  if $part == "manual" && (this.partition | "") == "" {
+  if $part == "manual" && (this.partition | "") == "" && $format != "arrow" {
     "field partition: required when partitioner is manual"
+  },
+  if $format == "arrow" && (this.partition | "") != "" {
+    "field partition: not used with input_format arrow: under partitioner manual each row keeps its own partition"
+  },
+  if $format == "arrow" && (this.key | "") != "" {
+    "field key: not used with input_format arrow: each row keeps its own key"
+  },
+  if $format == "arrow" && ((this.metadata.include_prefixes | []).length() > 0 || (this.metadata.include_patterns | []).length() > 0) {
+    "field metadata: not used with input_format arrow: each row keeps its own headers"
   },
   if $part != "manual" && (this.partition | "") != "" {
     "field partition: only used when partitioner is manual"
@@ -145,6 +160,26 @@ without offsets (a crash in that window copies them again): give every partition
 a committed starting offset for exactly-once from the first record. Rebalances with
 `+"`group_membership`"+` are not specially handled yet: an epoch whose offsets carry a
 generation the coordinator no longer accepts aborts and its batches are nacked.
+
+### Arrow messages
+
+A message holding an Arrow IPC stream in the Kafka record schema (a `+"`kafka_native`"+`
+input with `+"`format: arrow`"+` writes one per fetched batch; see `+"`input_format`"+`) is
+written as one record per row, all in the epoch of the message's batch: an Arrow
+message is atomic like a batch, and the epoch and recovery semantics are
+unchanged. Each record gets the row's key (null stays null), value (a null value
+is a tombstone, an empty one stays empty), headers (in order, duplicates and null
+values kept) and, with `+"`arrow_timestamps`"+` (the default), timestamp. The topic is
+`+"`topic`"+` evaluated on the message (`+"`${! meta(\"kafka_topic\") }`"+` is the source
+topic). Under `+"`partitioner: manual`"+` each row goes to its own partition (the source
+partition: the target needs at least as many partitions); otherwise the
+partitioner chooses, by key. Keys and values are produced straight from the
+message's bytes, without a copy per record. A body that does not decode (not
+Arrow, damaged, another schema under `+"`input_format: arrow`"+`) fails its message
+with an error naming the column or byte at fault; nothing of its batch is
+produced and the batch is nacked. In Kafka-to-Kafka mode the message's span (the
+source range of the whole Arrow batch, markers included) is committed with the
+epoch, as for a batch of plain messages.
 
 ### State cache
 
@@ -249,6 +284,18 @@ forced_aborted) and `+"`kafka_eos_fenced`"+`.
 					"Only one output per group. Without a `kafka_native` input of that group nothing calls this output's offset hand-over: "+
 					"no source offsets are committed and the output behaves as in plain mode (this cannot be checked at construction, the input registers lazily).").
 				Default("").
+				Advanced(),
+			service.NewStringEnumField(keoFieldInputFormat, keoInputFormatAuto, keoInputFormatMessage, keoInputFormatArrow).
+				Description("Which messages are Arrow IPC streams whose rows are written as records (see Arrow messages). "+
+					"`auto` (the default): a message whose body begins with an Arrow IPC stream whose schema is the Kafka record schema "+
+					"(what `kafka_native` writes with `format: arrow`) is written as its rows; any other body (text, JSON, Arrow of another "+
+					"schema, binary) is written as one record, as with `message`. A body that declares the Kafka record schema and is then "+
+					"damaged fails (it is not written as an opaque value). `message`: every message is one record. `arrow`: every message "+
+					"must be such a stream; `key`, `metadata` and `partition` are then rejected, since the rows carry their own.").
+				Default(keoInputFormatAuto),
+			service.NewBoolField(keoFieldArrowTimestamps).
+				Description("Records written from Arrow rows keep the row's timestamp (the source record's, as a mirror does). false stamps the produce time, as for plain messages. Default true.").
+				Default(true).
 				Advanced(),
 			service.NewBatchPolicyField(keoFieldBatching),
 		).
