@@ -33,8 +33,11 @@ type result struct {
 	BufferedPeak int64 `json:"buffered_peak,omitempty"`
 	RSSSampled   int64 `json:"rss_sampled,omitempty"`
 	// Rate overrides Records/Seconds when a tool reports its own rate.
-	Rate float64 `json:"rate,omitempty"`
-	MBs  float64 `json:"mbs,omitempty"`
+	// AllocsPerRecord is the heap objects the whole child allocated in
+	// the measured span per record (consume and copy rows).
+	AllocsPerRecord float64 `json:"allocs_per_record,omitempty"`
+	Rate            float64 `json:"rate,omitempty"`
+	MBs             float64 `json:"mbs,omitempty"`
 }
 
 // RecordsPerSec is the throughput in records/s.
@@ -77,7 +80,7 @@ func runChild(o options) int {
 	var r result
 	var err error
 	switch o.child {
-	case "eos", "plain", "native":
+	case "eos", "plain", "native", "native_arrow", "copy_message", "copy_arrow":
 		r, err = runPipeline(ctx, o.child, o)
 	case "probe":
 		r, err = runProbe(ctx, o, o.slots)
@@ -134,7 +137,8 @@ func childRun(ctx context.Context, kind string, o options, topic string, size, r
 		"-fresh="+strconv.FormatBool(o.fresh), "-sample="+strconv.FormatBool(o.sample),
 		"-p-batch-bytes", strconv.Itoa(o.pBatchBytes), "-p-linger", o.pLinger.String(),
 		"-p-compression", o.pCompress, "-p-nodelay="+strconv.FormatBool(o.pNoDelay),
-		"-p-max-records", strconv.Itoa(o.pMaxRecords), "-p-sticky-kib", strconv.Itoa(o.pStickyKiB))
+		"-p-max-records", strconv.Itoa(o.pMaxRecords), "-p-sticky-kib", strconv.Itoa(o.pStickyKiB),
+		"-copy-topic", o.copyTopic)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if len(o.childEnv) > 0 {

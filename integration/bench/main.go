@@ -80,6 +80,8 @@ type options struct {
 	fresh bool
 	// sample: the child samples its RSS and the output's buffered bytes.
 	sample bool
+	// copyTopic is the target topic of the copy rows.
+	copyTopic string
 }
 
 func main() {
@@ -99,7 +101,7 @@ func main() {
 	flag.BoolVar(&o.skipJava, "skip-java", false, "do not run Kafka's Java tools")
 	flag.BoolVar(&o.skipCons, "skip-consume", false, "do not run the consume rows")
 	var only string
-	flag.StringVar(&only, "only", "", "run only these contenders, comma separated slugs: kafkaeos, plain, raw, producerperformance, kafkanative, consumerperformance (empty: all)")
+	flag.StringVar(&only, "only", "", "run only these contenders, comma separated slugs: kafkaeos, plain, raw, producerperformance, kafkanative (both formats), consumerperformance, copy (both copy rows) (empty: all)")
 	flag.BoolVar(&o.skipSat, "skip-saturation", false, "do not run the saturation (peak RSS vs max_buffered_bytes) row")
 	flag.StringVar(&o.brokerName, "broker-name", fmt.Sprintf("bench-%d", os.Getpid()), "up.sh --name of the broker this run starts (unique per run by default, so two runs on one machine never share or stop each other's broker)")
 	flag.IntVar(&o.maxInFlight, "max-in-flight", 0, "kafka_eos max_in_flight and the plain output's concurrency (0: the output's default)")
@@ -117,6 +119,7 @@ func main() {
 	flag.DurationVar(&o.interval, "interval", 0, "internal (child): epoch interval")
 	flag.BoolVar(&o.fresh, "fresh", false, "internal (child): a fresh copy of the value per message")
 	flag.BoolVar(&o.sample, "sample", false, "internal (child): sample RSS and buffered bytes")
+	flag.StringVar(&o.copyTopic, "copy-topic", "", "internal (child): target topic of a copy row")
 	flag.Parse()
 
 	if o.child != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,32 @@ type clock struct {
 	start   time.Time
 	end     time.Time
 	records int64
+	// Heap allocations (objects, the whole process) at start and end, for
+	// the allocations per record of the consume and copy rows.
+	allocStart, allocEnd uint64
+}
+
+// heapAllocs is the number of heap objects allocated so far by this process
+// (runtime/metrics, cheap enough to read per batch: no stop-the-world as
+// runtime.ReadMemStats).
+func heapAllocs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// recordsIn is the number of Kafka records a message stands for: the rows of
+// an Arrow message of kafka_native (format: arrow), otherwise 1.
+func recordsIn(m *service.Message) int64 {
+	if v, ok := m.MetaGetMut("kafka_record_count"); ok {
+		if n, ok := v.(int64); ok {
+			return n
+		}
+	}
+	return 1
 }
 
 func (c *clock) span() (time.Duration, int64) {
@@ -158,22 +185,55 @@ func (s *benchSink) Connect(context.Context) error { return nil }
 
 func (s *benchSink) WriteBatch(_ context.Context, b service.MessageBatch) error {
 	now := time.Now()
+	var n int64
+	for _, m := range b {
+		n += recordsIn(m)
+	}
+	allocs := heapAllocs()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.total += int64(len(b))
+	s.total += n
 	if !s.first {
 		s.first = true
 		s.clk.mu.Lock()
 		s.clk.start = now
+		s.clk.allocStart = allocs
 		s.clk.mu.Unlock()
 		return nil
 	}
 	s.clk.mu.Lock()
 	s.clk.end = now
-	s.clk.records += int64(len(b))
+	s.clk.allocEnd = allocs
+	s.clk.records += n
 	s.clk.mu.Unlock()
 	return nil
 }
+
+// benchClock is the copy rows' processor: it stamps the first message
+// through the pipeline (in Kafka-to-Kafka mode the input reads only once the
+// output recovered, so the output is ready by then) and counts records; the
+// clock stops when the stream ends, that is once every record was copied and
+// its epoch committed with the group's offsets.
+type benchClock struct {
+	clk *clock
+}
+
+func (p *benchClock) ProcessBatch(_ context.Context, b service.MessageBatch) ([]service.MessageBatch, error) {
+	var n int64
+	for _, m := range b {
+		n += recordsIn(m)
+	}
+	p.clk.mu.Lock()
+	if p.clk.start.IsZero() {
+		p.clk.start = time.Now()
+		p.clk.allocStart = heapAllocs()
+	}
+	p.clk.records += n
+	p.clk.mu.Unlock()
+	return []service.MessageBatch{b}, nil
+}
+
+func (p *benchClock) Close(context.Context) error { return nil }
 
 func (s *benchSink) Close(context.Context) error { return nil }
 
@@ -210,7 +270,11 @@ func pipelineYAML(kind string, o options) (string, error) {
     topic: %q
     max_in_flight: %d
 `, o.brokers, o.topic, plainInFlight(o.maxInFlight)) + logger, nil
-	case "native":
+	case "native", "native_arrow":
+		format := "message"
+		if kind == "native_arrow" {
+			format = "arrow"
+		}
 		return fmt.Sprintf(`input:
   kafka_native:
     seed_brokers: [ %q ]
@@ -218,9 +282,49 @@ func pipelineYAML(kind string, o options) (string, error) {
     isolation_level: read_committed
     start_offset: earliest
     stop_offset: latest
+    format: %s
 output:
   bench_sink: {}
-`, o.brokers, o.topic) + logger, nil
+`, o.brokers, o.topic, format) + logger, nil
+	case "copy_message", "copy_arrow":
+		// The exactly-once copy (Kafka-to-Kafka mode) of the consume
+		// topic to a fresh topic, partitions kept, per message or as
+		// Arrow batches; the same input and epoch settings otherwise.
+		format, out := "message", `    partition: '${! meta("kafka_partition") }'
+    key: '${! meta("kafka_key") }'`
+		if kind == "copy_arrow" {
+			format, out = "arrow", "    input_format: arrow"
+		}
+		group := "bench-copy-" + o.copyTopic
+		return fmt.Sprintf(`input:
+  kafka_native:
+    seed_brokers: [ %[1]q ]
+    topics: [ %[2]q ]
+    consumer_group: %[3]q
+    isolation_level: read_committed
+    start_offset: committed
+    reset_offset: earliest
+    stop_offset: latest
+    format: %[4]s
+pipeline:
+  processors:
+    - bench_clock: {}
+output:
+  kafka_eos:
+    seed_brokers: [ %[1]q ]
+    topic: %[5]q
+    partitioner: manual
+%[6]s
+    transactional_id: %[3]q
+    consumer_group: %[3]q
+    state_cache: eos_state
+    epoch: { interval: %[7]s, max_records: 0, max_bytes: 0 }
+cache_resources:
+  - label: eos_state
+    kafka_state:
+      seed_brokers: [ %[1]q ]
+      topic: bench_eos_state
+`, o.brokers, o.topic, group, format, o.copyTopic, out, o.interval) + logger, nil
 	}
 	return "", fmt.Errorf("unknown pipeline %q", kind)
 }
@@ -248,6 +352,11 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 		return result{}, err
 	}
 	if err := registerPlain(env, o); err != nil {
+		return result{}, err
+	}
+	if err := env.RegisterBatchProcessor("bench_clock", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Resources) (service.BatchProcessor, error) {
+		return &benchClock{clk: clk}, nil
+	}); err != nil {
 		return result{}, err
 	}
 
@@ -279,14 +388,25 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
 		return result{}, fmt.Errorf("stream: %w", runErr)
 	}
+	if strings.HasPrefix(kind, "copy_") {
+		clk.mu.Lock()
+		clk.end = time.Now()
+		clk.allocEnd = heapAllocs()
+		clk.mu.Unlock()
+	}
 	d, n := clk.span()
 	if n == 0 || d <= 0 {
 		return result{}, fmt.Errorf("the stream ended before the measured records were acknowledged")
 	}
 	r := result{Records: n, Bytes: n * int64(o.size), Seconds: d.Seconds()}
-	if kind == "native" {
+	if kind != "eos" && kind != "plain" {
 		r.Bytes = 0 // filled in by the parent, which knows the record size
 	}
+	clk.mu.Lock()
+	if clk.allocEnd > clk.allocStart && n > 0 {
+		r.AllocsPerRecord = float64(clk.allocEnd-clk.allocStart) / float64(n)
+	}
+	clk.mu.Unlock()
 	readOutputMetrics(exp, &r)
 	if smp != nil {
 		r.BufferedPeak, r.RSSSampled = smp.buffered.Load(), smp.rss.Load()

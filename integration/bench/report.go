@@ -23,6 +23,7 @@ type report struct {
 	opts             options
 	produce, consume []*cell
 	saturation       []*satCell
+	copies           []*cell // the copy rows (issue 6)
 	machine          []string
 	started          time.Time
 	elapsed          time.Duration
@@ -164,8 +165,8 @@ func (rp report) markdown() string {
 	}
 	if len(rp.consume) > 0 {
 		w("### Consume, read_committed (records/s, MB/s in parentheses)\n\n")
-		w("| record | kafka_native (message) | kafka_native (Arrow) | ConsumerPerformance | raw franz-go poll | native / CP | native / raw | peak RSS native / raw |\n")
-		w("|---|---|---|---|---|---|---|---|\n")
+		w("| record | kafka_native (message) | kafka_native (Arrow) | ConsumerPerformance | raw franz-go poll | native / CP | native / raw | Arrow / message | allocs/record message / Arrow | peak RSS native / raw |\n")
+		w("|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range rp.consume {
 			rss := func(name string) string {
 				v, n := c.med(name, func(r result) float64 { return float64(r.RSS) })
@@ -174,9 +175,29 @@ func (rp report) markdown() string {
 				}
 				return fmt.Sprintf("%.0f", v/(1<<20))
 			}
-			w("| %s | %s | n/a: not built yet | %s | %s | %s | %s | %s / %s MiB |\n", sizeLabel(c.size),
-				fmtRateMB(c, cNative), fmtRateMB(c, cCP), fmtRateMB(c, cRawC),
-				fmtRatio(c.ratio(cNative, cCP)), fmtRatio(c.ratio(cNative, cRawC)), rss(cNative), rss(cRawC))
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s MiB |\n", sizeLabel(c.size),
+				fmtRateMB(c, cNative), fmtRateMB(c, cNativeArrow), fmtRateMB(c, cCP), fmtRateMB(c, cRawC),
+				fmtRatio(c.ratio(cNative, cCP)), fmtRatio(c.ratio(cNative, cRawC)), fmtRatio(c.ratio(cNativeArrow, cNative)),
+				fmtAllocs(c, cNative), fmtAllocs(c, cNativeArrow), rss(cNative), rss(cRawC))
+		}
+		w("\n")
+	}
+	if len(rp.copies) > 0 {
+		w("### Exactly-once copy kafka_native -> kafka_eos, Kafka-to-Kafka mode (records/s, MB/s in parentheses)\n\n")
+		w("The same topic as the consume rows, copied to a fresh topic with its partitions kept, on a fresh consumer group whose offsets commit in the epochs; per message (`format: message`, key and partition from metadata) and as Arrow batches (`format: arrow`, `input_format: arrow`). Timed from the first message through the pipeline to the end of the stream (every epoch committed). Allocations are the whole process's heap objects per record over that span.\n\n")
+		w("| record | epoch | copy (message) | copy (Arrow) | Arrow / message | allocs/record message / Arrow | peak RSS message / Arrow |\n")
+		w("|---|---|---|---|---|---|---|\n")
+		for _, c := range rp.copies {
+			rss := func(name string) string {
+				v, n := c.med(name, func(r result) float64 { return float64(r.RSS) })
+				if n == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%.0f", v/(1<<20))
+			}
+			w("| %s | %s | %s | %s | %s | %s / %s | %s / %s MiB |\n", sizeLabel(c.size), c.interval,
+				fmtRateMB(c, cCopyMsg), fmtRateMB(c, cCopyArrow), fmtRatio(c.ratio(cCopyArrow, cCopyMsg)),
+				fmtAllocs(c, cCopyMsg), fmtAllocs(c, cCopyArrow), rss(cCopyMsg), rss(cCopyArrow))
 		}
 		w("\n")
 	}
@@ -185,10 +206,13 @@ func (rp report) markdown() string {
 	}
 	rp.targets(&b)
 	w("<details><summary>Every round (records/s)</summary>\n\n")
-	for _, c := range append(append([]*cell(nil), rp.produce...), rp.consume...) {
+	for _, c := range append(append(append([]*cell(nil), rp.produce...), rp.consume...), rp.copies...) {
 		names := produceContenders
 		label := fmt.Sprintf("%s, %s epochs", sizeLabel(c.size), c.interval)
-		if c.interval == 0 {
+		switch {
+		case c.copy:
+			names, label = copyContenders, fmt.Sprintf("%s, copy, %s epochs", sizeLabel(c.size), c.interval)
+		case c.interval == 0:
 			names, label = consumeContenders, sizeLabel(c.size)+", consume"
 		}
 		w("- %s:", label)
@@ -318,9 +342,22 @@ func (rp report) targets(b *strings.Builder) {
 	for _, c := range rp.consume {
 		v, n := c.ratio(cNative, cCP)
 		w("| kafka_native (message) >= ConsumerPerformance read_committed | %s | %s | %s |\n", sizeLabel(c.size), fmtRatio(v, n), yes(v >= 1, n))
-		w("| kafka_native Arrow >= 3x message mode | %s | n/a | not measured: the input has no Arrow mode yet |\n", sizeLabel(c.size))
+		va, na := c.ratio(cNativeArrow, cNative)
+		w("| kafka_native Arrow >= 3x message mode | %s | %s | %s |\n", sizeLabel(c.size), fmtRatio(va, na), yes(va >= 3, na))
 	}
 	w("\nThe throughput rows share one value between all messages and do not fill the 256 MiB budget: their RSS is the working set. The saturated rows are the target's case.\n\n")
+}
+
+// fmtAllocs is the median heap allocations per record of a contender.
+func fmtAllocs(c *cell, name string) string {
+	v, n := c.med(name, func(r result) float64 { return r.AllocsPerRecord })
+	if n == 0 || v == 0 {
+		return "-"
+	}
+	if v < 10 {
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
 }
 
 func fmtCost(ratio float64, n int) string {

@@ -24,11 +24,17 @@ const (
 	cNative = "kafka_native (message)"
 	cCP     = "ConsumerPerformance read_committed"
 	cRawC   = "raw franz-go poll"
+	// The Arrow rows (issue 6): the input in format: arrow, and the
+	// exactly-once copy kafka_native -> kafka_eos per message and as Arrow.
+	cNativeArrow = "kafka_native (Arrow)"
+	cCopyMsg     = "copy (message)"
+	cCopyArrow   = "copy (Arrow)"
 )
 
 var (
 	produceContenders = []string{cEOS, cPlain, cProbe, cPP}
-	consumeContenders = []string{cNative, cCP, cRawC}
+	consumeContenders = []string{cNative, cNativeArrow, cCP, cRawC}
+	copyContenders    = []string{cCopyMsg, cCopyArrow}
 )
 
 // cell is one row of a table: its parameters and, per contender, one result
@@ -38,6 +44,7 @@ type cell struct {
 	interval time.Duration // 0 for consume rows
 	rounds   map[string][]*result
 	errs     []string
+	copy     bool // a copy row (interval is the copy's epoch interval)
 }
 
 func newCell(size int, interval time.Duration) *cell {
@@ -74,7 +81,7 @@ func run(ctx context.Context, o options) error {
 	defer os.RemoveAll(tmp)
 
 	stamp := time.Now().Format("150405")
-	var produce, consume []*cell
+	var produce, consume, copies []*cell
 	for _, size := range o.sizes {
 		for _, iv := range o.intervals {
 			c := newCell(size, iv)
@@ -127,6 +134,26 @@ func run(ctx context.Context, o options) error {
 					}
 				}
 			}
+			// The copy rows read the same topic (same data), each
+			// run on a fresh group into a fresh topic.
+			cc := newCell(size, o.intervals[0])
+			cc.copy = true
+			if o.selected(cCopyMsg) || o.selected(cCopyArrow) {
+				copies = append(copies, cc)
+			}
+			for r := 0; r < o.runs; r++ {
+				for i := range copyContenders {
+					name := copyContenders[(i+r)%len(copyContenders)]
+					if !o.selected(name) {
+						continue
+					}
+					res, err := runCopy(ctx, adm, name, o, topic, size, total, r, stamp)
+					cc.record(name, r, o.runs, res, err)
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+				}
+			}
 			deleteTopic(adm, topic)
 		}
 	}
@@ -138,7 +165,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
-	rep := report{opts: o, produce: produce, consume: consume, saturation: sat, started: started, elapsed: time.Since(started)}
+	rep := report{opts: o, produce: produce, consume: consume, copies: copies, saturation: sat, started: started, elapsed: time.Since(started)}
 	rep.machine = describeMachine(ctx, root)
 	md := rep.markdown()
 	fmt.Println(md)
@@ -248,6 +275,8 @@ func runConsume(ctx context.Context, name string, o options, topic string, size,
 	switch name {
 	case cNative:
 		r, err = childRun(ctx, "native", o, topic, size, total, 0)
+	case cNativeArrow:
+		r, err = childRun(ctx, "native_arrow", o, topic, size, total, 0)
 	case cRawC:
 		r, err = childRun(ctx, "rawconsume", o, topic, size, total, 0)
 	case cCP:
@@ -263,6 +292,26 @@ func runConsume(ctx context.Context, name string, o options, topic string, size,
 
 // selected says whether -only lets contender name run.
 func (o options) selected(name string) bool { return o.only == nil || o.only[slug(name)] }
+
+// runCopy runs one copy contender: an exactly-once copy of the consume topic
+// (total records) to a fresh topic with as many partitions.
+func runCopy(ctx context.Context, adm *kadm.Client, name string, o options, topic string, size, total, round int, stamp string) (result, error) {
+	kind := "copy_message"
+	if name == cCopyArrow {
+		kind = "copy_arrow"
+	}
+	o.copyTopic = fmt.Sprintf("bench-%s-%d-%d-%s", strings.ReplaceAll(kind, "_", "-"), size, round, stamp)
+	r, err := withTopic(ctx, adm, o.copyTopic, o.partitions, func() (result, error) {
+		return childRun(ctx, kind, o, topic, size, total, o.intervals[0])
+	})
+	if err == nil && r.Records != int64(total) {
+		err = fmt.Errorf("copied %d records, want %d", r.Records, total)
+	}
+	if err == nil {
+		r.Bytes = r.Records * int64(size)
+	}
+	return r, err
+}
 
 func slug(name string) string {
 	return strings.NewReplacer(" ", "", "(", "", ")", "", "_", "").Replace(strings.ToLower(strings.Fields(name)[0]))
