@@ -390,7 +390,7 @@ func arrowStopMidCopyAndRestart(t *testing.T, e k2kTopics, txnID string) {
 	const n = 700 // per partition
 	fillInput(t, e.brokers, e.in, 3*n)
 	slow := `
-    - sleep: { duration: 50ms }`
+    - sleep: { duration: 100ms }`
 	s := buildStream(t, ordered(arrowCopyYAML(e, txnID, true, slow)))
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background()) }()
