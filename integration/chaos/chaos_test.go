@@ -83,7 +83,7 @@ func loadKnobs(t *testing.T) knobs {
 		k2kStrict:   envInt(t, "CHAOS_K2K_STRICT", 1) == 1,
 		step:        0.2,
 		tvs:         []int{0, 2},
-		runs:        []string{"plain/2to3", "k2k/2to3", "k2k/1to1", "dedupe/2to3"},
+		runs:        []string{"plain/2to3", "k2k/2to3", "k2k/1to1", "k2k/1to1-arrow", "dedupe/2to3"},
 		seed:        uint64(time.Now().UnixNano()),
 		timeout:     10 * time.Minute,
 		keep:        os.Getenv("CHAOS_KEEP") == "1",
@@ -167,7 +167,9 @@ func binary(t *testing.T) string {
 // can bounce it). Modes: plain (at-least-once across crashes: no record
 // missing, duplicates counted), k2k (Kafka-to-Kafka: exactly-once) and dedupe
 // (exactly-once); variants: 2to3 (input 2 partitions, output 3, keyed by the
-// value), 1to1 (2 and 2, partition kept, per-partition order checked) and,
+// value), 1to1 (2 and 2, partition kept, per-partition order checked),
+// 1to1-arrow (1to1 with both sides in Arrow mode: kafka_native format: arrow,
+// kafka_eos input_format: arrow, each row keeping its partition) and,
 // on demand (CHAOS_RUNS), 2to3-unbounded (group membership, no stop: every
 // kill is a rebalance; slow, a dead member holds its partitions for the
 // 45 s session timeout).
@@ -300,6 +302,10 @@ type runCfg struct {
 // suite stops them once everything is copied.
 func (c runCfg) unbounded() bool { return strings.HasSuffix(c.variant, "-unbounded") }
 
+// arrow: both sides in Arrow mode (kafka_native format: arrow, one message
+// per partition batch; kafka_eos input_format: arrow, one record per row).
+func (c runCfg) arrow() bool { return strings.HasSuffix(c.variant, "-arrow") }
+
 // config writes the connect-eos config of process slot i.
 func (c runCfg) config(dir string, i int) (string, error) {
 	topics := c.in
@@ -331,6 +337,9 @@ input:
 	if c.batch > 0 {
 		fmt.Fprintf(&b, "    max_batch_records: %d\n", c.batch)
 	}
+	if c.arrow() {
+		b.WriteString("    format: arrow\n")
+	}
 	b.WriteString("pipeline:\n  threads: 1\n")
 	if c.rate > 0 {
 		b.WriteString("  processors:\n    - rate_limit:\n        resource: throttle\n")
@@ -353,6 +362,9 @@ input:
 	case "1to1":
 		// Order per partition needs one batch in flight (kafka_native docs).
 		b.WriteString("    partitioner: manual\n    partition: '${! metadata(\"kafka_partition\") }'\n    max_in_flight: 1\n")
+	case "1to1-arrow":
+		// Each row keeps its partition under the manual partitioner.
+		b.WriteString("    input_format: arrow\n    partitioner: manual\n    max_in_flight: 1\n")
 	}
 	if c.mode == "k2k" {
 		fmt.Fprintf(&b, "    consumer_group: %s\n", c.group)
@@ -363,7 +375,15 @@ input:
       seed_brokers: [ %s ]
       topic: %s
 `, c.brokers, c.state)
-	if c.rate > 0 {
+	switch {
+	case c.rate > 0 && c.arrow():
+		// rate_limit counts messages, and an Arrow message holds a batch
+		// (max_batch_records, 1024 by default): one message per the time
+		// that many records take at the rate.
+		batch := cmp.Or(c.batch, 1024)
+		every := time.Duration(batch*c.processes) * time.Second / time.Duration(c.rate)
+		fmt.Fprintf(&b, "rate_limit_resources:\n  - label: throttle\n    local:\n      count: 1\n      interval: %s\n", every)
+	case c.rate > 0:
 		per := max(1, c.rate/c.processes/10)
 		fmt.Fprintf(&b, "rate_limit_resources:\n  - label: throttle\n    local:\n      count: %d\n      interval: 100ms\n", per)
 	}
@@ -388,9 +408,9 @@ type stats struct {
 
 func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed uint64) {
 	switch variant {
-	case "2to3", "1to1", "2to3-unbounded":
+	case "2to3", "1to1", "2to3-unbounded", "1to1-arrow":
 	default:
-		t.Fatalf("unknown variant %q (2to3, 1to1, 2to3-unbounded)", variant)
+		t.Fatalf("unknown variant %q (2to3, 1to1, 2to3-unbounded, 1to1-arrow)", variant)
 	}
 	switch mode {
 	case "plain", "k2k":
@@ -417,7 +437,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	})
 
 	outParts := int32(3)
-	if variant == "1to1" {
+	if strings.HasPrefix(variant, "1to1") {
 		outParts = 2
 	}
 	uniq := fmt.Sprintf("chaos-%s-%s-%d", mode, variant, time.Now().UnixNano())
@@ -863,7 +883,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	// Order: with partitions mapped 1:1, each output partition holds its
 	// input partition's records in order (plain mode: the first copy of
 	// each; a replay repeats a suffix).
-	if variant == "1to1" {
+	if strings.HasPrefix(variant, "1to1") {
 		for p := int32(0); p < 2; p++ {
 			var got []int
 			firsts := map[int]bool{}
@@ -993,7 +1013,7 @@ func firstDiff(want, got []int) string {
 // inFlight names the output's max_in_flight of a run, for the summary.
 func inFlight(variant string, knob int) string {
 	switch {
-	case variant == "1to1":
+	case strings.HasPrefix(variant, "1to1"):
 		return "1"
 	case knob > 0:
 		return strconv.Itoa(knob)
