@@ -154,7 +154,7 @@ func BenchmarkPayload(b *testing.B) {
 //
 //	go test -run X -bench ConsumeKfake -benchtime 500000x ./integration/bench/
 func BenchmarkConsumeKfake(b *testing.B) {
-	for _, kind := range []string{"native", "rawconsume"} {
+	for _, kind := range []string{"native", "native_arrow", "rawconsume"} {
 		b.Run(kind, func(b *testing.B) {
 			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "bench"))
 			if err != nil {
@@ -169,7 +169,7 @@ func BenchmarkConsumeKfake(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			var r result
-			if kind == "native" {
+			if kind != "rawconsume" {
 				r, err = runPipeline(context.Background(), kind, o)
 			} else {
 				r, err = runRawConsume(context.Background(), o)
@@ -179,6 +179,43 @@ func BenchmarkConsumeKfake(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(r.RecordsPerSec(), "records/s")
+		})
+	}
+}
+
+// BenchmarkCopyKfake is the exactly-once copy of the harness's copy rows
+// (kafka_native -> kafka_eos in Kafka-to-Kafka mode, partitions kept) on
+// kfake: per message against Arrow batches, on b.N records of 100 B written
+// in transactions. allocs/op and B/op are per record for the whole process
+// (kfake included, the same for both); allocs/record is the span from the
+// first message to the end of the stream, as in the harness.
+//
+//	go test -run X -bench CopyKfake -benchtime 200000x ./integration/bench/
+func BenchmarkCopyKfake(b *testing.B) {
+	for _, kind := range []string{"copy_message", "copy_arrow"} {
+		b.Run(kind, func(b *testing.B) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "bench", "copy"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			o := options{brokers: c.ListenAddrs()[0], topic: "bench", records: b.N, size: 100, interval: time.Second}
+			if _, err := runProbe(context.Background(), o, 2); err != nil {
+				b.Fatal(err)
+			}
+			o.records, o.interval, o.copyTopic = b.N+2, 100*time.Millisecond, "copy"
+			b.ReportAllocs()
+			b.ResetTimer()
+			r, err := runPipeline(context.Background(), kind, o)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if r.Records != int64(b.N+2) {
+				b.Fatalf("copied %d records, want %d", r.Records, b.N+2)
+			}
+			b.ReportMetric(r.RecordsPerSec(), "records/s")
+			b.ReportMetric(r.AllocsPerRecord, "allocs/record")
 		})
 	}
 }
