@@ -203,6 +203,11 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		rec.Group = o.k2k.group
 		rec.SourceOffsets = sourceOffsets(offs)
 	}
+	if o.dd != nil {
+		o.mu.Lock()
+		rec.Positions = txnstate.EpochPositions(ep.keyPos())
+		o.mu.Unlock()
+	}
 	pctx, pcancel := context.WithTimeout(dctx, o.conf.commitBudget)
 	err = o.store.writeSlot(pctx, ep.slot.n, rec)
 	pcancel()
@@ -261,6 +266,11 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	if o.k2k != nil {
 		o.k2k.commitDone(spans, offs)
 	}
+	if o.dd != nil {
+		o.mu.Lock()
+		o.dd.Commit(rec.Positions)
+		o.mu.Unlock()
+	}
 	if o.hook(stepEnded, ep) {
 		return
 	}
@@ -283,6 +293,9 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		if !o.writeRetry(ctx, ep.slot.n, committed) {
 			return
 		}
+	}
+	if o.dd != nil && len(rec.Positions) > 0 && !o.savePositions(ctx) {
+		return
 	}
 	o.m.buffered.Set(o.bufferedBytes())
 	o.rewarm(ctx, ep.slot) // after an in-doubt commit the client is spent

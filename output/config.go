@@ -43,6 +43,15 @@ type config struct {
 	// written as records (keoInputFormat*).
 	inputFormat     string
 	arrowTimestamps bool
+	// dedupe is set in dedupe mode.
+	dedupe *dedupeConf
+}
+
+// dedupeConf is the dedupe block: how to read a message's key and position.
+type dedupeConf struct {
+	key      *service.InterpolatedString
+	position *service.InterpolatedString
+	maxKeys  int
 }
 
 // ErrConfig is wrapped by every configuration error; the message names the
@@ -190,6 +199,30 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	}
 	if c.group != "" {
 		c.mode = txnstate.KafkaToKafka
+	}
+	if conf.Contains(keoFieldDedupe) {
+		if c.group != "" {
+			return nil, fieldErr(keoFieldDedupe, errors.New("dedupe mode and consumer_group (Kafka-to-Kafka mode) are mutually exclusive"))
+		}
+		if c.maxInFlight != 1 {
+			return nil, fieldErr(keoFieldDedupe, fmt.Errorf("dedupe mode needs max_in_flight: 1 (batches in flight together reach the output in any order), got %d", c.maxInFlight))
+		}
+		dd := conf.Namespace(keoFieldDedupe)
+		d := &dedupeConf{}
+		if d.key, err = dd.FieldInterpolatedString(keoFieldDedupeKey); err != nil {
+			return nil, fieldErr(keoFieldDedupe+"."+keoFieldDedupeKey, err)
+		}
+		if d.position, err = dd.FieldInterpolatedString(keoFieldDedupePosition); err != nil {
+			return nil, fieldErr(keoFieldDedupe+"."+keoFieldDedupePosition, err)
+		}
+		if d.maxKeys, err = dd.FieldInt(keoFieldDedupeMaxKeys); err != nil {
+			return nil, fieldErr(keoFieldDedupe+"."+keoFieldDedupeMaxKeys, err)
+		}
+		if d.maxKeys < 1 {
+			return nil, fieldErr(keoFieldDedupe+"."+keoFieldDedupeMaxKeys, fmt.Errorf("must be at least 1, got %d", d.maxKeys))
+		}
+		c.dedupe = d
+		c.mode = txnstate.Dedupe
 	}
 	return c, nil
 }

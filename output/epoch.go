@@ -24,6 +24,9 @@ type batchRef struct {
 	errs  map[int]error // guarded by epoch.mu: per-message produce failures
 	// spans are the source ranges of the batch (Kafka-to-Kafka mode).
 	spans []input.Span
+	// kps are the keys and positions of the messages written (dedupe
+	// mode; replays dropped).
+	kps []txnstate.KeyPos
 }
 
 // msg returns the message index of record i.

@@ -19,6 +19,8 @@ const (
 	metricBufferedBytes    = "kafka_eos_buffered_bytes"
 	metricInDoubtResolved  = "kafka_eos_in_doubt_resolved"
 	metricFenced           = "kafka_eos_fenced"
+	metricDedupeDropped    = "kafka_eos_dedupe_dropped"
+	metricDedupeOutOfOrder = "kafka_eos_dedupe_nacked_out_of_order"
 	metricLabelOutcome     = "outcome"
 	outcomeResumed         = "resumed"
 	outcomeFoundCommitted  = "found_committed"
@@ -45,6 +47,11 @@ type metrics struct {
 	buffered *service.MetricGauge
 	inDoubt  *service.MetricCounter
 	fenced   *service.MetricCounter
+	// ddDropped counts messages acknowledged and dropped as replays
+	// (dedupe mode); ddOutOfOrder batches nacked to be replayed after an
+	// aborted epoch's positions.
+	ddDropped    *service.MetricCounter
+	ddOutOfOrder *service.MetricCounter
 }
 
 func newMetrics(m *service.Metrics) *metrics {
@@ -58,6 +65,8 @@ func newMetrics(m *service.Metrics) *metrics {
 		buffered:      m.NewGauge(metricBufferedBytes),
 		inDoubt:       m.NewCounter(metricInDoubtResolved, metricLabelOutcome),
 		fenced:        m.NewCounter(metricFenced),
+		ddDropped:     m.NewCounter(metricDedupeDropped),
+		ddOutOfOrder:  m.NewCounter(metricDedupeOutOfOrder),
 	}
 }
 
@@ -101,4 +110,14 @@ func (m *metrics) commitTiming(ns int64) {
 func (m *metrics) resolved(outcome string) {
 	m.inDoubt.Incr(1, outcome)
 	m.tally.add(metricInDoubtResolved+"/"+outcome, 1)
+}
+
+func (m *metrics) dedupeDropped(n int) {
+	m.ddDropped.Incr(int64(n))
+	m.tally.add(metricDedupeDropped, int64(n))
+}
+
+func (m *metrics) dedupeOutOfOrder() {
+	m.ddOutOfOrder.Incr(1)
+	m.tally.add(metricDedupeOutOfOrder, 1)
 }

@@ -55,6 +55,9 @@ type output struct {
 	committer *committer
 	// k2k is the Kafka-to-Kafka state (consumer_group set), nil otherwise.
 	k2k *k2k
+	// dd holds the dedupe positions (dedupe mode; guarded by mu), loaded
+	// at Connect after recovery.
+	dd *txnstate.DedupeState
 	// readyCh is closed once the first Connect finished its recovery (the
 	// CommitTakeover's Ready).
 	readyCh   chan struct{}
@@ -182,6 +185,16 @@ func (o *output) connectLocked(ctx context.Context) error {
 			return err
 		}
 	}
+	if o.conf.dedupe != nil {
+		// After recovery: a resumed or found-committed epoch's
+		// positions are in its COMMITTED slot record.
+		if err := o.loadPositions(ctx); err != nil {
+			for _, s := range slots {
+				s.cl.Close()
+			}
+			return err
+		}
+	}
 	o.slots = slots
 	o.nextEpoch = rec.nextEpoch
 	o.runCtx, o.runCancel = context.WithCancel(context.Background())
@@ -221,9 +234,11 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	if len(recs) == 0 {
 		return nil // nothing to commit: an empty epoch is never committed
 	}
-	size := 0
-	for _, r := range recs {
-		size += recordSize(r)
+	var kps []txnstate.KeyPos
+	if o.conf.dedupe != nil {
+		if kps, err = o.dedupeKeys(batch); err != nil {
+			return err
+		}
 	}
 
 	var spans []input.Span
@@ -231,17 +246,69 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		spans = spansOf(batch)
 	}
 	o.mu.Lock()
+	var drop []bool
+	if kps != nil {
+		// A batch of replays only is acknowledged without opening an
+		// epoch; the decision is made again below, once joined (the
+		// positions may move while joinLocked waits for a slot).
+		if o.dd == nil {
+			o.mu.Unlock()
+			return service.ErrNotConnected
+		}
+		if drop, err = o.dedupePlanLocked(kps); err != nil {
+			o.mu.Unlock()
+			return err
+		}
+		if allTrue(drop) {
+			o.mu.Unlock()
+			o.m.dedupeDropped(len(drop))
+			return nil
+		}
+	}
 	ep, err := o.joinLocked(ctx)
 	if err == nil && len(spans) > 0 {
 		ep, err = o.admitLocked(ctx, spans, ep)
+	}
+	if err == nil && kps != nil {
+		drop, err = o.dedupePlanLocked(kps)
 	}
 	if err != nil {
 		o.mu.Unlock()
 		return err
 	}
 	ref := &batchRef{batch: batch, recs: recs, msgOf: tr.msgOf, spans: spans}
+	if drop != nil {
+		o.dd.Admit(kps, drop)
+		kept, dropped := 0, 0
+		for i, d := range drop {
+			if d {
+				dropped++
+			} else {
+				kps[kept] = kps[i]
+				kept++
+			}
+		}
+		ref.kps = kps[:kept]
+		if dropped > 0 {
+			o.m.dedupeDropped(dropped)
+		}
+		// A dropped message's records (several for an Arrow message)
+		// are not produced.
+		for i := range recs {
+			if drop[ref.msg(i)] {
+				recs[i] = nil
+			}
+		}
+	}
+	size, n := 0, 0
+	for _, r := range recs {
+		if r != nil {
+			size += recordSize(r)
+			n++
+		}
+	}
 	ep.batches = append(ep.batches, ref)
-	ep.records += len(recs)
+	ep.records += n
 	ep.bytes += size
 	o.inFlight++
 	ep.producing.Add(1)
@@ -253,10 +320,12 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	// Records are produced on the output's run context, not the caller's:
 	// they belong to the epoch, which other batches share.
 	for i, r := range recs {
-		ep.slot.cl.Produce(o.runCtx, r, ep.promise(ref, ref.msg(i)))
+		if r != nil { // nil: a replay dropped in dedupe mode
+			ep.slot.cl.Produce(o.runCtx, r, ep.promise(ref, ref.msg(i)))
+		}
 	}
 	ep.producing.Done()
-	o.m.records.Incr(int64(len(recs)))
+	o.m.records.Incr(int64(n))
 	o.m.bytes.Incr(int64(size))
 	o.m.buffered.Set(o.bufferedBytes())
 
@@ -440,6 +509,17 @@ func (o *output) poisonAfter(n uint64, cause error) {
 		// Every live epoch from n on aborts: the ranges they admitted
 		// will be replayed, and nothing may join past them.
 		o.k2k.resetAdmitted()
+	}
+	if o.dd != nil {
+		// Every live epoch from n on aborts: their positions fall back
+		// to the committed ones and are owed until replayed.
+		var kps []txnstate.KeyPos
+		for _, ep := range o.live {
+			if ep.n >= n {
+				kps = append(kps, ep.keyPos()...)
+			}
+		}
+		o.dd.Abort(kps, time.Now())
 	}
 	for _, ep := range o.live {
 		if ep.n > n && ep.cause == nil {
@@ -704,4 +784,13 @@ func (o *output) Close(ctx context.Context) error {
 	}
 	o.connected = false
 	return nil
+}
+
+func allTrue(b []bool) bool {
+	for _, v := range b {
+		if !v {
+			return false
+		}
+	}
+	return true
 }

@@ -44,6 +44,10 @@ const (
 	keoInputFormatAuto        = "auto"
 	keoInputFormatMessage     = "message"
 	keoInputFormatArrow       = "arrow"
+	keoFieldDedupe            = "dedupe"
+	keoFieldDedupeKey         = "key"
+	keoFieldDedupePosition    = "position"
+	keoFieldDedupeMaxKeys     = "max_keys"
 	keoPartitionerMurmur2     = "murmur2"
 	keoPartitionerManual      = "manual"
 	keoPartitionerRoundRobin  = "round_robin"
@@ -63,6 +67,7 @@ const (
 	defaultMaxMessageBytes  = 1 << 20
 	defaultMaxInFlight      = 64
 	defaultCommitBudget     = "10s"
+	defaultDedupeMaxKeys    = 10000
 )
 
 // lintRule is the one cross-field rule of the spec (Benthos takes one bloblang
@@ -97,6 +102,15 @@ root = [
   },
   if $part != "manual" && (this.partition | "") != "" {
     "field partition: only used when partitioner is manual"
+  },
+  if this.dedupe != null && (this.consumer_group | "") != "" {
+    "field dedupe: dedupe mode and consumer_group (Kafka-to-Kafka mode) are mutually exclusive"
+  },
+  if this.dedupe != null && (this.state_cache | "") == "" {
+    "field dedupe: dedupe mode needs state_cache (the committed positions live there)"
+  },
+  if this.dedupe != null && (this.max_in_flight | 64) != 1 {
+    "field dedupe: dedupe mode needs max_in_flight: 1 (batches in flight together reach the output in any order, and a position below one already written counts as a replay), got %v".format(this.max_in_flight | 64)
   },
 ].filter(v -> v != null)
 `
@@ -210,7 +224,9 @@ batch waited for a producer slot before it could be produced),
 `+"`kafka_eos_records_produced`"+`, `+"`kafka_eos_bytes_produced`"+`,
 `+"`kafka_eos_buffered_bytes`"+`, `+"`kafka_eos_in_doubt_resolved`"+` (label `+"`outcome`"+`:
 resumed, found_committed, found_aborted, aborted, forced_committed,
-forced_aborted) and `+"`kafka_eos_fenced`"+`.
+forced_aborted) and `+"`kafka_eos_fenced`"+`; in dedupe mode `+"`kafka_eos_dedupe_dropped`"+` (messages acknowledged
+and dropped as replays) and `+"`kafka_eos_dedupe_nacked_out_of_order`"+` (batches nacked because
+they arrived before the replay of an aborted epoch's positions).
 `).
 		Fields(kafkaconf.Fields()...).
 		Fields(
@@ -262,7 +278,7 @@ forced_aborted) and `+"`kafka_eos_fenced`"+`.
 					Default(defaultEpochInterval),
 			).Description("When an epoch (one Kafka transaction) closes."),
 			service.NewStringField(keoFieldStateCache).
-				Description("The name of a cache resource holding the recovery identity of each slot's newest epoch. Keys used: `<transactional_id>/slots` and `<transactional_id>/slot/<n>`."),
+				Description("The name of a cache resource holding the recovery identity of each slot's newest epoch. Keys used: `<transactional_id>/slots` and `<transactional_id>/slot/<n>`, and in dedupe mode `<transactional_id>/positions`."),
 			service.NewIntField(keoFieldMaxBufferedBytes).
 				Description("The only bound on records buffered in the producers (the record-count cap of franz-go is disabled): writes block once this many bytes wait to be acknowledged. Default 256 MiB.").
 				Default(defaultMaxBufferedBytes).
@@ -296,6 +312,19 @@ forced_aborted) and `+"`kafka_eos_fenced`"+`.
 			service.NewBoolField(keoFieldArrowTimestamps).
 				Description("Records written from Arrow rows keep the row's timestamp (the source record's, as a mirror does). false stamps the produce time, as for plain messages. Default true.").
 				Default(true).
+				Advanced(),
+			service.NewObjectField(keoFieldDedupe,
+				service.NewInterpolatedStringField(keoFieldDedupeKey).
+					Description("The dedupe key of a message: positions are compared per key (e.g. `${! meta(\"kafka_partition\") }`)."),
+				service.NewInterpolatedStringField(keoFieldDedupePosition).
+					Description("The position of a message within its key, a decimal integer that increases strictly per key in the order the input delivers the messages (e.g. `${! meta(\"kafka_offset\") }`). A message whose position does not parse as an integer fails with an error naming the message and the value (its whole batch is nacked, nothing of it is acknowledged)."),
+				service.NewIntField(keoFieldDedupeMaxKeys).
+					Description("The most keys whose positions are kept. The committed positions of every key are one state cache value (about the key's length plus 25 bytes per key, JSON), which must fit the cache's value limit (`kafka_state`: the topic's max.message.bytes, 1 MiB by default) and is rewritten after every epoch; a message with a new key beyond the bound fails with an error naming the key. Default 10000.").
+					Default(defaultDedupeMaxKeys).
+					Advanced(),
+			).
+				Description("Dedupe mode: exactly-once end to end for inputs that replay unacknowledged messages in order (a file read from the start, a Kafka topic without a consumer group, a sequence). Each epoch stores, with its recovery identity at PREPARE, the highest position it wrote per key; once it committed these are the committed positions. A message at or below its key's committed position, or at or below a position already written by an epoch still in flight, is acknowledged and dropped, never produced again (metric `kafka_eos_dedupe_dropped`). At start an epoch left open between PREPARE and its commit is resumed (committed) and its positions applied. Needs `max_in_flight: 1` and, in the pipeline, `threads: 1`: positions are compared in the order the messages reach the output. Mutually exclusive with `consumer_group`.").
+				Optional().
 				Advanced(),
 			service.NewBatchPolicyField(keoFieldBatching),
 		).

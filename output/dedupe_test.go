@@ -1,0 +1,293 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+const dedupeExtra = `max_in_flight: 1
+dedupe:
+  key: ${! meta("dk") }
+  position: ${! meta("dp") }
+`
+
+// posBatch returns messages "<key>@<pos>" for positions from..to of key, with
+// the dedupe metadata set.
+func posBatch(key string, from, to int64) service.MessageBatch {
+	var b service.MessageBatch
+	for p := from; p <= to; p++ {
+		m := service.NewMessage([]byte(fmt.Sprintf("%s@%d", key, p)))
+		m.MetaSetMut("dk", key)
+		m.MetaSetMut("dp", fmt.Sprint(p))
+		m.MetaSetMut("key", key)
+		b = append(b, m)
+	}
+	return b
+}
+
+// counts returns how often each value is visible to a read_committed reader.
+func counts(t testing.TB, brokers []string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, v := range readCommitted(t, brokers, testTopic) {
+		out[v]++
+	}
+	return out
+}
+
+func wantExactly(t testing.TB, got map[string]int, key string, from, to int64) {
+	t.Helper()
+	for p := from; p <= to; p++ {
+		v := fmt.Sprintf("%s@%d", key, p)
+		if got[v] != 1 {
+			t.Errorf("%s visible %d times, want once", v, got[v])
+		}
+	}
+}
+
+var dedupeTVs = []struct {
+	name string
+	opts []kfake.Opt
+}{{"tv2", nil}, {"tv0", []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}}}
+
+// Replays at or below the committed position are acked and dropped, in the
+// same process and after a restart (the positions come from the state cache).
+func TestDedupeDropsAtOrBelow(t *testing.T) {
+	c := newCluster(t)
+	res := newResources()
+	yaml := baseYAML(c.ListenAddrs(), "app", dedupeExtra)
+	a := newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, b := range []service.MessageBatch{posBatch("a", 1, 3), posBatch("b", 10, 12), posBatch("a", 2, 5), posBatch("a", 1, 5)} {
+		if err := a.WriteBatch(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := a.m.tally.get(metricDedupeDropped); got != 2+5 {
+		t.Fatalf("dropped %d, want 7", got)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pos, err := a.store.readPositions(ctx)
+	if err != nil || pos["a"] != 5 || pos["b"] != 12 || len(pos) != 2 {
+		t.Fatalf("stored positions %v (%v), want a=5 b=12", pos, err)
+	}
+
+	b := newTestOutput(t, res, yaml)
+	for _, bt := range []service.MessageBatch{posBatch("a", 1, 7), posBatch("b", 12, 12), posBatch("c", 0, 0)} {
+		if err := b.WriteBatch(ctx, bt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.m.tally.get(metricDedupeDropped); got != 5+1 {
+		t.Fatalf("dropped after restart %d, want 6", got)
+	}
+	got := counts(t, c.ListenAddrs())
+	wantExactly(t, got, "a", 1, 7)
+	wantExactly(t, got, "b", 10, 12)
+	wantExactly(t, got, "c", 0, 0)
+	if len(got) != 7+3+1 {
+		t.Fatalf("visible %v", got)
+	}
+}
+
+// A replay of positions held by an epoch still in flight is dropped; if that
+// epoch then aborts, its batch is nacked and its replay is produced again.
+// A batch above the aborted positions that arrives before their replay is
+// nacked (and produced once replayed after them).
+func TestDedupeInFlightThenAbort(t *testing.T) {
+	for _, abort := range []bool{false, true} {
+		t.Run(fmt.Sprintf("abort=%v", abort), func(t *testing.T) {
+			c := newCluster(t)
+			o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", dedupeExtra))
+			o.conf.topic = mustInterp(t, `${! meta("topic").or("out") }`)
+			hold := make(chan struct{})
+			o.hooks = &testHooks{beforeCommit: func(n uint64) {
+				if n == 1 {
+					<-hold
+				}
+			}}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			first := posBatch("a", 1, 3)
+			if abort {
+				first[2].MetaSetMut("topic", "missing")
+			}
+			var wg sync.WaitGroup
+			var err1 error
+			wg.Go(func() { err1 = o.WriteBatch(ctx, first) })
+			wait(t, 5*time.Second, "epoch 1 sealed", func() bool {
+				o.mu.Lock()
+				defer o.mu.Unlock()
+				return o.nextEpoch == 2 && o.open == nil
+			})
+			// The same positions while epoch 1 is in flight: dropped.
+			if err := o.WriteBatch(ctx, posBatch("a", 1, 3)); err != nil {
+				t.Fatalf("replay of in-flight positions: %v", err)
+			}
+			if got := o.m.tally.get(metricDedupeDropped); got != 3 {
+				t.Fatalf("dropped %d, want 3", got)
+			}
+			close(hold)
+			wg.Wait()
+			if !abort {
+				if err1 != nil {
+					t.Fatal(err1)
+				}
+				wantExactly(t, counts(t, c.ListenAddrs()), "a", 1, 3)
+				return
+			}
+			if !errors.Is(err1, ErrEpochAborted) {
+				t.Fatalf("epoch 1: %v, want aborted", err1)
+			}
+			// A later batch before the replay of the aborted positions.
+			if err := o.WriteBatch(ctx, posBatch("a", 4, 5)); !errors.Is(err, ErrAwaitingReplay) {
+				t.Fatalf("batch above the owed positions: %v, want ErrAwaitingReplay", err)
+			}
+			if err := o.WriteBatch(ctx, posBatch("a", 1, 3)); err != nil {
+				t.Fatalf("replay after the abort: %v", err)
+			}
+			if err := o.WriteBatch(ctx, posBatch("a", 4, 5)); err != nil {
+				t.Fatal(err)
+			}
+			got := counts(t, c.ListenAddrs())
+			wantExactly(t, got, "a", 1, 5)
+			if len(got) != 5 {
+				t.Fatalf("visible %v", got)
+			}
+			if o.m.tally.get(metricDedupeOutOfOrder) != 1 {
+				t.Fatal("out-of-order metric")
+			}
+		})
+	}
+}
+
+// A crash between PREPARE and EndTxn leaves the epoch open; dedupe mode
+// resumes its commit at restart and its positions are applied: the replay is
+// dropped.
+func TestDedupeCrashAfterPrepareResumes(t *testing.T) {
+	for _, tv := range dedupeTVs {
+		for _, step := range []commitStep{stepPrepared, stepEnded, stepProduced} {
+			t.Run(fmt.Sprintf("%s/step%d", tv.name, step), func(t *testing.T) {
+				c := newCluster(t, tv.opts...)
+				res := newResources()
+				yaml := baseYAML(c.ListenAddrs(), "app", dedupeExtra)
+				a := newTestOutput(t, res, yaml)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
+					t.Fatal(err)
+				}
+				a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+					if n == 2 && s == step {
+						return errCrash
+					}
+					return nil
+				}}
+				if err := a.WriteBatch(ctx, posBatch("a", 3, 5)); !errors.Is(err, errCrash) {
+					t.Fatalf("crash: %v", err)
+				}
+
+				b := newTestOutput(t, res, yaml)
+				want := map[commitStep]string{stepPrepared: outcomeResumed, stepEnded: outcomeFoundCommitted}[step]
+				if want != "" && b.m.tally.get(metricInDoubtResolved+"/"+want) != 1 {
+					t.Fatalf("in-doubt outcome %s not counted", want)
+				}
+				b.mu.Lock()
+				p, _ := b.dd.CommittedOf("a")
+				b.mu.Unlock()
+				wantPos := int64(5)
+				if step == stepProduced {
+					wantPos = 2 // never PREPAREd: aborted by InitProducerID
+				}
+				if p != wantPos {
+					t.Fatalf("committed position of a after restart %d, want %d", p, wantPos)
+				}
+				// The input replays everything from the start.
+				if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
+					t.Fatal(err)
+				}
+				got := counts(t, c.ListenAddrs())
+				wantExactly(t, got, "a", 1, 6)
+				if len(got) != 6 {
+					t.Fatalf("visible %v", got)
+				}
+			})
+		}
+	}
+}
+
+// A position that does not parse fails the batch, naming the message and
+// the value; nothing of it is written or acknowledged.
+func TestDedupeBadPosition(t *testing.T) {
+	c := newCluster(t)
+	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", dedupeExtra))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := posBatch("a", 1, 3)
+	b[1].MetaSetMut("dp", "12x")
+	err := o.WriteBatch(ctx, b)
+	var be *service.BatchError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), `message 1`) || !strings.Contains(err.Error(), `"12x"`) {
+		t.Fatalf("%v, want a BatchError naming message 1 and its value", err)
+	}
+	if failed := be.IndexedErrors(); failed != 3 {
+		t.Fatalf("%d messages failed, want all 3 (none may be acked unwritten)", failed)
+	}
+	if got := counts(t, c.ListenAddrs()); len(got) != 0 {
+		t.Fatalf("visible %v", got)
+	}
+}
+
+// The key bound: a new key beyond max_keys fails its batch.
+func TestDedupeMaxKeys(t *testing.T) {
+	c := newCluster(t)
+	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", dedupeExtra+"  max_keys: 2\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, k := range []string{"a", "b"} {
+		if err := o.WriteBatch(ctx, posBatch(k, 1, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.WriteBatch(ctx, posBatch("c", 1, 1)); !errors.Is(err, txnstate.ErrTooManyKeys) || !strings.Contains(err.Error(), `"c"`) {
+		t.Fatalf("third key: %v", err)
+	}
+}
+
+func TestDedupeLint(t *testing.T) {
+	for _, tc := range []struct{ name, extra, want string }{
+		{"with consumer_group", "max_in_flight: 1\nconsumer_group: g\ndedupe: { key: a, position: '1' }\n", "mutually exclusive"},
+		{"max_in_flight default", "dedupe: { key: a, position: '1' }\n", "max_in_flight: 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := service.NewStreamBuilder()
+			err := sb.AddOutputYAML("kafka_eos:\n  seed_brokers: [ localhost:9092 ]\n  topic: out\n  transactional_id: app\n  state_cache: state\n" + indent(tc.extra))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("lint: %v, want %q", err, tc.want)
+			}
+			_, cerr := configFromParsed(parse(t, "seed_brokers: [ localhost:9092 ]\ntopic: out\ntransactional_id: app\nstate_cache: state\n"+tc.extra), newResources())
+			if cerr == nil || !strings.Contains(cerr.Error(), tc.want) {
+				t.Fatalf("config: %v, want %q", cerr, tc.want)
+			}
+		})
+	}
+	sb := service.NewStreamBuilder()
+	if err := sb.AddOutputYAML("kafka_eos:\n  seed_brokers: [ localhost:9092 ]\n  topic: out\n  transactional_id: app\n  state_cache: state\n  max_in_flight: 1\n  dedupe: { key: a, position: '1' }\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
