@@ -290,4 +290,3 @@ func TestDedupeLint(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
