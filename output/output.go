@@ -9,7 +9,8 @@
 // epoch.go (one transaction), commit.go (the commit sequence and its failure
 // paths), recovery.go (recovery at Connect), probe.go (the raw requests:
 // DescribeTransactions, the Fetch probe, the pinned EndTxn), statecache.go
-// (the cache key layout), metrics.go, errors.go.
+// (the cache key layout), k2k.go (Kafka-to-Kafka mode), dedupe.go (dedupe
+// mode; its decisions are txnstate.DedupeState), metrics.go, errors.go.
 package output
 
 import (

@@ -175,6 +175,22 @@ a committed starting offset for exactly-once from the first record. Rebalances w
 `+"`group_membership`"+` are not specially handled yet: an epoch whose offsets carry a
 generation the coordinator no longer accepts aborts and its batches are nacked.
 
+Dedupe mode (`+"`dedupe`"+` set) is exactly-once end to end for inputs that replay
+unacknowledged messages in their order (a topic read without a consumer group, a
+file from its start, a generated sequence): each message's key and position
+(`+"`dedupe.key`"+`, `+"`dedupe.position`"+`) are read; each epoch stores the highest
+position per key it wrote with its recovery identity at PREPARE, so the positions
+commit or not with its transaction, and after the commit they are the committed
+positions (also kept in `+"`<transactional_id>/positions`"+`). A message at or below its
+key's committed position, or at or below a position already in an epoch still in
+flight, is acknowledged and dropped. An aborted epoch's positions are rolled back;
+a batch that arrives before their replay (Benthos replays nacked batches from a
+retry list, possibly after batches already read) is nacked so that it is replayed
+after them. At start an in-doubt epoch still open is resumed (committed) and its
+positions applied. Positions must increase strictly per key in the order messages
+reach the output: one pipeline thread, `+"`max_in_flight: 1`"+` (checked), and no
+processor that reorders a key's messages.
+
 ### Arrow messages
 
 A message holding an Arrow IPC stream in the Kafka record schema (a `+"`kafka_native`"+`
@@ -337,6 +353,25 @@ output:
     key: ${! meta("id") }
     transactional_id: events-writer
     state_cache: eos_state
+`).
+		Example("Dedupe mode", "Exactly-once from a source that replays in order: a topic read without a consumer group (from its start at every start), deduplicated on the source partition and offset.", `
+input:
+  kafka_native:
+    seed_brokers: [ localhost:9092 ]
+    topics: [ orders ]
+    start_offset: earliest
+pipeline:
+  threads: 1
+output:
+  kafka_eos:
+    seed_brokers: [ localhost:9092 ]
+    topic: orders_copy
+    transactional_id: orders-copy
+    state_cache: eos_state
+    max_in_flight: 1
+    dedupe:
+      key: ${! meta("kafka_partition") }
+      position: ${! meta("kafka_offset") }
 `)
 }
 

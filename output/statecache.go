@@ -22,6 +22,7 @@ import (
 //	            slots.
 //	P/slot/<n>  the txnstate.Record (JSON) of the newest epoch of slot
 //	            P-<n> that reached PREPARE.
+//	P/positions dedupe mode only: every committed position (dedupe.go).
 //
 // The epoch counter is not stored separately: every PREPARE carries its epoch
 // number, records are only ever overwritten by larger ones, so the next epoch
