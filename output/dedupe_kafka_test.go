@@ -78,6 +78,20 @@ func TestKafkaDedupeKillNine(t *testing.T) {
 	})
 }
 
+// The crash tests of the kfake suite on Apache Kafka: between PREPARE and
+// EndTxn (resume-commit with the positions), after EndTxn (found committed),
+// before PREPARE (aborted, replayed).
+func TestKafkaDedupeCrash(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		for _, step := range []commitStep{stepPrepared, stepEnded, stepProduced} {
+			t.Run(fmt.Sprintf("step%d", step), func(t *testing.T) {
+				topic := kafkatest.Topic(t, strings.Join(env.brokers, ","), 3)
+				testDedupeCrash(t, env.brokers, topic, fmt.Sprintf("%s-%d", env.txnID, step), step)
+			})
+		}
+	})
+}
+
 func testDedupeKillNine(t *testing.T, brokers []string, topic, txnID, stateTopic string) {
 	const n = 4000
 	const run = "dd"

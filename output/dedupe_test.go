@@ -177,56 +177,64 @@ func TestDedupeInFlightThenAbort(t *testing.T) {
 
 // A crash between PREPARE and EndTxn leaves the epoch open; dedupe mode
 // resumes its commit at restart and its positions are applied: the replay is
-// dropped.
+// dropped. (After EndTxn: found committed, positions applied; before PREPARE:
+// aborted by InitProducerID, replayed.)
 func TestDedupeCrashAfterPrepareResumes(t *testing.T) {
 	for _, tv := range dedupeTVs {
 		for _, step := range []commitStep{stepPrepared, stepEnded, stepProduced} {
 			t.Run(fmt.Sprintf("%s/step%d", tv.name, step), func(t *testing.T) {
 				c := newCluster(t, tv.opts...)
-				res := newResources()
-				yaml := baseYAML(c.ListenAddrs(), "app", dedupeExtra)
-				a := newTestOutput(t, res, yaml)
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
-					t.Fatal(err)
-				}
-				a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
-					if n == 2 && s == step {
-						return errCrash
-					}
-					return nil
-				}}
-				if err := a.WriteBatch(ctx, posBatch("a", 3, 5)); !errors.Is(err, errCrash) {
-					t.Fatalf("crash: %v", err)
-				}
-
-				b := newTestOutput(t, res, yaml)
-				want := map[commitStep]string{stepPrepared: outcomeResumed, stepEnded: outcomeFoundCommitted}[step]
-				if want != "" && b.m.tally.get(metricInDoubtResolved+"/"+want) != 1 {
-					t.Fatalf("in-doubt outcome %s not counted", want)
-				}
-				b.mu.Lock()
-				p, _ := b.dd.CommittedOf("a")
-				b.mu.Unlock()
-				wantPos := int64(5)
-				if step == stepProduced {
-					wantPos = 2 // never PREPAREd: aborted by InitProducerID
-				}
-				if p != wantPos {
-					t.Fatalf("committed position of a after restart %d, want %d", p, wantPos)
-				}
-				// The input replays everything from the start.
-				if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
-					t.Fatal(err)
-				}
-				got := counts(t, c.ListenAddrs())
-				wantExactly(t, got, "a", 1, 6)
-				if len(got) != 6 {
-					t.Fatalf("visible %v", got)
-				}
+				testDedupeCrash(t, c.ListenAddrs(), testTopic, "app", step)
 			})
 		}
+	}
+}
+
+func testDedupeCrash(t *testing.T, brokers []string, topic, txnID string, step commitStep) {
+	res := newResources()
+	yaml := yamlFor(brokers, topic, txnID, dedupeExtra)
+	a := newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+		if n == 2 && s == step {
+			return errCrash
+		}
+		return nil
+	}}
+	if err := a.WriteBatch(ctx, posBatch("a", 3, 5)); !errors.Is(err, errCrash) {
+		t.Fatalf("crash: %v", err)
+	}
+
+	b := newTestOutput(t, res, yaml)
+	want := map[commitStep]string{stepPrepared: outcomeResumed, stepEnded: outcomeFoundCommitted}[step]
+	if want != "" && b.m.tally.get(metricInDoubtResolved+"/"+want) != 1 {
+		t.Fatalf("in-doubt outcome %s not counted", want)
+	}
+	b.mu.Lock()
+	p, _ := b.dd.CommittedOf("a")
+	b.mu.Unlock()
+	wantPos := int64(5)
+	if step == stepProduced {
+		wantPos = 2 // never PREPAREd: aborted by InitProducerID
+	}
+	if p != wantPos {
+		t.Fatalf("committed position of a after restart %d, want %d", p, wantPos)
+	}
+	// The input replays everything from the start.
+	if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, v := range readCommitted(t, brokers, topic) {
+		got[v]++
+	}
+	wantExactly(t, got, "a", 1, 6)
+	if len(got) != 6 {
+		t.Fatalf("visible %v", got)
 	}
 }
 
