@@ -115,6 +115,7 @@ topic: %s
 partitioner: manual
 partition: '${! meta("p") }'
 transactional_id: arrow-rows
+arrow_timestamps: true
 state_cache: state
 epoch: { interval: 20ms }
 `, strings.Join(brokers, ","), testTopic))
@@ -274,6 +275,7 @@ output:
     topic: %[4]s
     partitioner: manual
     input_format: arrow
+    arrow_timestamps: true
     transactional_id: %[5]s
     %[6]s
     state_cache: state
@@ -416,4 +418,26 @@ func arrowStopMidCopyAndRestart(t *testing.T, e k2kTopics, txnID string) {
 	}
 	runStream(t, arrowCopyYAML(e, txnID, true, ""), 60*time.Second)
 	checkCopyOf(t, e, 3*n, func(int) bool { return true })
+}
+
+// Only a config that keeps row timestamps gives up franz-go's record delivery
+// timeout (measured from Record.Timestamp, which an old source timestamp
+// would exceed at once); every other config keeps it.
+func TestArrowTimestampsAndDeliveryTimeout(t *testing.T) {
+	base := "seed_brokers: [ x ]\ntopic: out\ntransactional_id: x\nstate_cache: state\n"
+	for conf, want := range map[string]bool{
+		"":                         false,
+		"arrow_timestamps: true\n": true,
+		"input_format: arrow\n":    false,
+		"input_format: arrow\narrow_timestamps: true\n":   true,
+		"input_format: message\narrow_timestamps: true\n": false,
+	} {
+		c, err := configFromParsed(parse(t, base+conf), newResources())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.keepsRowTimestamps() != want {
+			t.Errorf("%q: keeps row timestamps %v, want %v", conf, !want, want)
+		}
+	}
 }

@@ -199,7 +199,7 @@ written as one record per row, all in the epoch of the message's batch: an Arrow
 message is atomic like a batch, and the epoch and recovery semantics are
 unchanged. Each record gets the row's key (null stays null), value (a null value
 is a tombstone, an empty one stays empty), headers (in order, duplicates and null
-values kept) and, with `+"`arrow_timestamps`"+` (the default), timestamp. The topic is
+values kept) and, with `+"`arrow_timestamps: true`"+`, timestamp. The topic is
 `+"`topic`"+` evaluated on the message (`+"`${! meta(\"kafka_topic\") }`"+` is the source
 topic). Under `+"`partitioner: manual`"+` each row goes to its own partition (the source
 partition: the target needs at least as many partitions); otherwise the
@@ -326,8 +326,10 @@ they arrived before the replay of an aborted epoch's positions).
 					"must be such a stream; `key`, `metadata` and `partition` are then rejected, since the rows carry their own.").
 				Default(keoInputFormatAuto),
 			service.NewBoolField(keoFieldArrowTimestamps).
-				Description("Records written from Arrow rows keep the row's timestamp (the source record's, as a mirror does). false stamps the produce time, as for plain messages. Default true.").
-				Default(true).
+				Description("Records written from Arrow rows keep the row's timestamp (the source record's, as a mirror does) instead of the produce time. "+
+					"franz-go measures its record delivery timeout from the record's timestamp, so with this set (and `input_format` not `message`) the client's delivery timeout is off "+
+					"and records are bounded by the epoch's deadline instead (the commit aborts an epoch whose flush outlives `transaction_timeout` minus 10%). Default false: the produce time, as for plain messages.").
+				Default(false).
 				Advanced(),
 			service.NewObjectField(keoFieldDedupe,
 				service.NewInterpolatedStringField(keoFieldDedupeKey).

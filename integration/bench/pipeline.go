@@ -307,6 +307,10 @@ output:
     stop_offset: latest
     format: %[4]s
 pipeline:
+  # One thread: batches reach the output in offset order, so none waits
+  # for its predecessor (Kafka-to-Kafka admission); max_in_flight stays
+  # at its default, 64.
+  threads: 1
   processors:
     - bench_clock: {}
 output:

@@ -369,7 +369,10 @@ input:
 		b.WriteString("    partitioner: manual\n    partition: '${! metadata(\"kafka_partition\") }'\n    max_in_flight: 1\n")
 	case "1to1-arrow":
 		// Each row keeps its partition under the manual partitioner.
-		b.WriteString("    input_format: arrow\n    partitioner: manual\n    max_in_flight: 1\n")
+		// Source timestamps kept: the producer then runs without franz-go's
+		// record delivery timeout (measured from the record's timestamp),
+		// bounded by the epoch's deadline.
+		b.WriteString("    input_format: arrow\n    arrow_timestamps: true\n    partitioner: manual\n    max_in_flight: 1\n")
 	}
 	if c.mode == "k2k" {
 		fmt.Fprintf(&b, "    consumer_group: %s\n", c.group)
