@@ -296,11 +296,11 @@ they arrived before the replay of an aborted epoch's positions).
 			service.NewStringField(keoFieldStateCache).
 				Description("The name of a cache resource holding the recovery identity of each slot's newest epoch. Keys used: `<transactional_id>/slots` and `<transactional_id>/slot/<n>`, and in dedupe mode `<transactional_id>/positions`."),
 			service.NewIntField(keoFieldMaxBufferedBytes).
-				Description("The only bound on records buffered in the producers (the record-count cap of franz-go is disabled): writes block once this many bytes wait to be acknowledged. Default 256 MiB.").
+				Description("The only bound on records buffered in the producers (the record-count cap of franz-go is disabled): writes block once this many bytes wait to be acknowledged. Default 256 MiB. It bounds what the producers hold, not the process: the batches in flight (`max_in_flight`) stay in memory until their epoch commits, and Go's garbage collector lets the heap grow to about twice the live data unless `GOMEMLIMIT` is set (docs/benchmarks.md, saturation row).").
 				Default(defaultMaxBufferedBytes).
 				Advanced(),
 			service.NewIntField(keoFieldMaxInFlight).
-				Description("The maximum number of batches in flight across epochs; when that many wait, the open epoch closes. Default 64.").
+				Description("The maximum number of batches in flight across epochs; when that many wait, the open epoch closes. A batch is held until its epoch commits, so this caps both the size of an epoch and the memory of the output: about `max_in_flight` x the bytes of a batch (plus a few hundred bytes per record). With small batches (Benthos inputs that emit one message per batch) raise it or set `batching`, or epochs stay tiny. Default 64 (measured in docs/benchmarks.md: 256 gained 0 to 25 % at 100 B records and nothing at 1 KiB, for twice the memory).").
 				Default(defaultMaxInFlight),
 			service.NewStringEnumField(keoFieldRecoveryOverride, keoOverrideNone, keoOverrideForceCommitted, keoOverrideForceAborted).
 				Description("For operators only: how to decide an in-doubt epoch that neither the broker's transaction state nor the Fetch probe identifies (its records were deleted or compacted away). `none` (the default) refuses to start.").
