@@ -12,6 +12,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/internal/fatal"
 )
@@ -183,5 +184,32 @@ func TestRecordTooLarge(t *testing.T) {
 	var be *service.BatchError
 	if !errors.As(err, &be) || be.IndexedErrors() != 1 {
 		t.Fatalf("%v, want message 1 alone blamed", err)
+	}
+}
+
+// max_buffered_bytes is the output's budget, shared by its slots: each slot
+// client gets its share, and never less than one record of
+// max_message_bytes.
+func TestBufferedBytesSharedBySlots(t *testing.T) {
+	c := newCluster(t)
+	for _, tc := range []struct {
+		extra string
+		want  int64
+	}{
+		{"max_buffered_bytes: 8000000\nproducer_pool_size: 2\n", 4000000},
+		{"max_buffered_bytes: 9000000\nproducer_pool_size: 3\n", 3000000},
+		// 2 MiB over 4 slots is below max_message_bytes (1 MiB default).
+		{"max_buffered_bytes: 2097152\nproducer_pool_size: 4\n", 1 << 20},
+	} {
+		o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "buf", tc.extra))
+		var sum int64
+		for _, s := range o.slots {
+			v, ok := s.cl.OptValue(kgo.MaxBufferedBytes).(int64)
+			if !ok || v != tc.want {
+				t.Fatalf("%q: slot %d MaxBufferedBytes %v, want %d", tc.extra, s.n, s.cl.OptValue(kgo.MaxBufferedBytes), tc.want)
+			}
+			sum += v
+		}
+		t.Logf("%q: %d slots x %d = %d bytes", tc.extra, len(o.slots), tc.want, sum)
 	}
 }

@@ -296,7 +296,7 @@ they arrived before the replay of an aborted epoch's positions).
 			service.NewStringField(keoFieldStateCache).
 				Description("The name of a cache resource holding the recovery identity of each slot's newest epoch. Keys used: `<transactional_id>/slots` and `<transactional_id>/slot/<n>`, and in dedupe mode `<transactional_id>/positions`."),
 			service.NewIntField(keoFieldMaxBufferedBytes).
-				Description("The only bound on records buffered in the producers (the record-count cap of franz-go is disabled): writes block once this many bytes wait to be acknowledged. Default 256 MiB. It bounds what the producers hold, not the process: the batches in flight (`max_in_flight`) stay in memory until their epoch commits, and Go's garbage collector lets the heap grow to about twice the live data unless `GOMEMLIMIT` is set (docs/benchmarks.md, saturation row).").
+				Description("The only bound on records buffered in the producers (the record-count cap of franz-go is disabled): writes block once this many bytes wait to be acknowledged. Shared evenly by the `producer_pool_size` slots (each gets at least `max_message_bytes`). Default 256 MiB. It bounds what the producers hold, not the process: the batches in flight (`max_in_flight`) stay in memory until their epoch commits, and Go's garbage collector lets the heap grow to about twice the live data unless `GOMEMLIMIT` is set (docs/benchmarks.md, saturation row).").
 				Default(defaultMaxBufferedBytes).
 				Advanced(),
 			service.NewIntField(keoFieldMaxInFlight).

@@ -13,7 +13,7 @@ import (
 
 // producerOpts are the producer settings of kafka_eos's slots at their
 // defaults (output/config.go producerOpts: no record-count cap, a 256 MiB
-// byte budget, 1 MiB batches, no linger, the Java client's sticky uniform
+// byte budget (the probe splits it between its slots as kafka_eos does), 1 MiB batches, no linger, the Java client's sticky uniform
 // partitioner, no compression), without the transactional id. The plain
 // output and the raw franz-go loop use them, so a gap between them and
 // kafka_eos is the cost of transactions and of the output, not of settings.

@@ -25,6 +25,8 @@ func runProbe(ctx context.Context, o options, slots int) (result, error) {
 	clients := make([]*kgo.Client, slots)
 	for i := range clients {
 		opts := append(producerOpts(o),
+			// The byte budget shared by the slots, as kafka_eos's.
+			kgo.MaxBufferedBytes((256<<20)/slots),
 			kgo.TransactionalID(fmt.Sprintf("bench-probe-%s-%d", o.topic, i)),
 			kgo.TransactionTimeout(60*time.Second))
 		cl, err := kgo.NewClient(opts...)
