@@ -35,10 +35,23 @@ import (
 //     hold the rebalance while a slow pipeline blocks the fetch loop).
 //   - OnPartitionsLost commits nothing: the session is gone and a late commit
 //     could move the offset backwards behind the new owner.
+//   - With a kafka_eos output committing the group's offsets in its
+//     transactions (Kafka-to-Kafka, KIP-447), the member is its GroupState:
+//     every span carries the id of the assignment it was read under, and the
+//     output commits a partition's offsets only under the current assignment,
+//     with the generation and member id of commit time (a partition kept
+//     across a rebalance is committed with the new generation, not the stale
+//     stamp of fetch time). After forgetting revoked or lost partitions, the
+//     callback asks the output to finish the epochs holding their records
+//     (Revoked, up to revoke_ack_timeout) before the member rejoins: those
+//     already past PREPARE commit (their offsets were sent under a
+//     generation still current), the others abort, and batches of the
+//     partitions that reach the output later are dropped.
 //   - On Close, revoke does not wait: Close commits what was acknowledged
 //     before it closes the client (which leaves the group).
 type groupMember struct {
 	cfg       *config
+	res       *service.Resources
 	adm       *kadm.Client
 	tr        *tracker
 	met       *inputMetrics
@@ -46,6 +59,21 @@ type groupMember struct {
 	committer OffsetCommitter // set before the client starts
 	fail      func(error)
 	closing   atomic.Bool
+	cl        atomic.Pointer[kgo.Client] // the consuming client, for GroupMetadata
+}
+
+// Assignment implements GroupState.
+func (g *groupMember) Assignment(topic string, partition int32) (uint64, int32, string, bool) {
+	id, ok := g.tr.assignmentOf(tp{topic, partition})
+	cl := g.cl.Load()
+	if !ok || cl == nil {
+		return 0, -1, "", false
+	}
+	member, gen := cl.GroupMetadata()
+	if gen < 0 || member == "" {
+		return 0, -1, "", false // not in the group (rejoining)
+	}
+	return id, gen, member, true
 }
 
 func (g *groupMember) opts() []kgo.Opt {
@@ -95,6 +123,8 @@ func (g *groupMember) adjust(ctx context.Context, offsets map[string]map[int32]k
 				g.log.Debugf("Partition %s: start %d (log start %d, end %d, committed %d)", pp.tp, pp.start, pp.logStart, pp.end, pp.committed)
 			}
 			g.tr.add(plans, time.Now())
+			// Before the first fetch of the assigned partitions.
+			handOverStarts(g.res, g.cfg.group, plans)
 			return out, nil
 		}
 	}
@@ -144,11 +174,22 @@ func (g *groupMember) revoked(ctx context.Context, _ *kgo.Client, revoked map[st
 		}
 	}
 	g.tr.remove(parts)
+	g.takeoverRevoked(ctx, revoked)
 	g.log.Infof("Revoked %v by group %s", revoked, g.cfg.group)
 }
 
-func (g *groupMember) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+// takeoverRevoked tells the group's takeover, if any, that parts left this
+// member (after they were removed from the tracker, so acks of their batches
+// are ignored from now on) and waits up to revoke_ack_timeout for it.
+func (g *groupMember) takeoverRevoked(ctx context.Context, parts map[string][]int32) {
+	rctx, cancel := context.WithTimeout(ctx, g.cfg.revokeTimeout)
+	defer cancel()
+	handOverRevoked(rctx, g.res, g.cfg.group, parts)
+}
+
+func (g *groupMember) lost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 	g.tr.remove(toTPs(lost))
+	g.takeoverRevoked(ctx, lost)
 	g.log.Warnf("Lost %v (group %s session ended); nothing committed for them", lost, g.cfg.group)
 }
 

@@ -21,6 +21,12 @@ import (
 //     component before any of them connects or reads).
 //   - The input calls Ready in Connect before it reads the group's committed
 //     offsets, so the output's recovery finishes first.
+//   - Once it resolved where partitions start (the committed offset, or
+//     start_offset / start_offsets / start_timestamp / reset_offset when
+//     nothing is committed), and before any batch of them is delivered, the
+//     input hands the starts over (StartAt), so that the output knows where
+//     each partition's contiguous run begins from the first epoch on, even
+//     when batches arrive out of order and nothing is committed yet.
 //   - The input never commits to that group itself: every commit step (the
 //     periodic one, the one on Close and the synchronous final one of a bounded
 //     read) hands the acknowledged positions to the takeover instead. They
@@ -31,6 +37,13 @@ import (
 //     range [From, To) the batch covers, contiguous with the previous batch of
 //     that partition, so the output can commit the end of the contiguous run
 //     of ranges it holds rather than the largest offset it wrote.
+//   - With group_membership (KIP-447), the input tells the takeover how to
+//     ask which partitions it owns now (Member: the assignment a span was read
+//     under, and the generation and member id to commit with at commit time),
+//     and, from the group's revoke and lost callbacks, after it stopped
+//     tracking the partitions (so that acks of their batches are ignored),
+//     which partitions it gave up (Revoked), so that the epochs holding their
+//     records finish before the rebalance goes on.
 
 // Span is the range of offsets one batch covers in one partition: from the
 // end of the previous batch of that partition (From) to one past its last
@@ -46,6 +59,11 @@ type Span struct {
 	// -1 and "" otherwise.
 	Generation int32
 	MemberID   string
+	// Assignment identifies the assignment of the partition to this
+	// member that the batch was read under (group_membership; 0
+	// otherwise): a partition revoked and assigned again gets a new one.
+	// GroupState.Assignment tells whether it is still the current one.
+	Assignment uint64
 }
 
 type spanKey struct{}
@@ -82,6 +100,36 @@ type CommitTakeover interface {
 	// if ctx carries a deadline the caller waits on (the final commit of a
 	// bounded read is synchronous).
 	OffsetCommitter
+	// StartAt tells where the input starts reading partitions (by topic
+	// and partition): every offset below a start is not this input's to
+	// copy, and the first batch of the partition begins there. It is
+	// called before any batch of those partitions is delivered (at
+	// Connect, or in the group's assignment callback) and replaces what an
+	// earlier call said for them (a partition assigned again). It must not
+	// block.
+	StartAt(starts map[string]map[int32]int64)
+	// Member tells the takeover that the input reads as a member of the
+	// group (group_membership) and how to ask which partitions it owns.
+	// Called before the first batch is delivered.
+	Member(m GroupState)
+	// Revoked tells the takeover that the member gave parts up (revoked,
+	// lost, or leaving on close). The input calls it from the group's
+	// callback after it stopped tracking them: their batches that reach
+	// the takeover from now on belong to no current assignment. It returns
+	// once no epoch holding records of them is left to commit, or when ctx
+	// ends; it must not wait for anything the input does (the group's
+	// callback goroutine is blocked on it).
+	Revoked(ctx context.Context, parts map[string][]int32)
+}
+
+// GroupState is what a member (group_membership) tells its takeover about
+// the partitions it owns now. It never blocks.
+type GroupState interface {
+	// Assignment returns the id of the member's current assignment of the
+	// partition (what Span.Assignment carries for batches read under it)
+	// and the group generation and member id to commit its offsets with
+	// now; ok is false if the member does not own the partition.
+	Assignment(topic string, partition int32) (id uint64, generation int32, memberID string, ok bool)
 }
 
 type takeoverKey struct{ group string }
@@ -126,6 +174,42 @@ func lookupTakeover(res *service.Resources, group string) (CommitTakeover, bool)
 	}
 	t, ok := v.(CommitTakeover)
 	return t, ok
+}
+
+// handOverStarts tells the group's CommitTakeover, if one is registered,
+// where the partitions of plans start.
+func handOverStarts(res *service.Resources, group string, plans []*partPlan) {
+	if group == "" || len(plans) == 0 {
+		return
+	}
+	t, ok := lookupTakeover(res, group)
+	if !ok {
+		return
+	}
+	starts := map[string]map[int32]int64{}
+	for _, pp := range plans {
+		if starts[pp.Topic] == nil {
+			starts[pp.Topic] = map[int32]int64{}
+		}
+		starts[pp.Topic][pp.Partition] = pp.start
+	}
+	t.StartAt(starts)
+}
+
+// handOverMember tells the group's CommitTakeover, if one is registered,
+// that the input reads as a member of the group.
+func handOverMember(res *service.Resources, group string, m GroupState) {
+	if t, ok := lookupTakeover(res, group); ok {
+		t.Member(m)
+	}
+}
+
+// handOverRevoked tells the group's CommitTakeover, if one is registered,
+// that the member gave parts up, and waits for it (bounded by ctx).
+func handOverRevoked(ctx context.Context, res *service.Resources, group string, parts map[string][]int32) {
+	if t, ok := lookupTakeover(res, group); ok {
+		t.Revoked(ctx, parts)
+	}
 }
 
 // handoverCommitter commits through the group's CommitTakeover when one is

@@ -3,6 +3,7 @@ package input
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 
@@ -18,6 +19,43 @@ type fakeTakeover struct {
 	ready   bool
 	offsets map[string]map[int32]int64
 	calls   int
+	starts  map[string]map[int32]int64
+	member  GroupState
+	revoked []map[string][]int32
+}
+
+func (f *fakeTakeover) StartAt(starts map[string]map[int32]int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.starts == nil {
+		f.starts = map[string]map[int32]int64{}
+	}
+	for t, ps := range starts {
+		if f.starts[t] == nil {
+			f.starts[t] = map[int32]int64{}
+		}
+		for p, o := range ps {
+			f.starts[t][p] = o
+		}
+	}
+}
+
+func (f *fakeTakeover) Member(m GroupState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.member = m
+}
+
+func (f *fakeTakeover) Revoked(_ context.Context, parts map[string][]int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.revoked = append(f.revoked, parts)
+}
+
+func (f *fakeTakeover) startsOf(topic string) map[int32]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.starts[topic])
 }
 
 func (f *fakeTakeover) Ready(context.Context) error {
@@ -73,6 +111,9 @@ commit_period: 10ms
 
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
+	// Nothing committed: the starts (reset_offset earliest) are handed
+	// over at Connect, before any batch.
+	assert.Equal(t, map[int32]int64{0: 0, 1: 0}, ft.startsOf(topic), "starts handed over at Connect")
 	var spans []Span
 	for {
 		b, ack, err := h.in.ReadBatch(ctx)

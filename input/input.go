@@ -174,8 +174,11 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 		}
 		consume[pp.Topic][pp.Partition] = kgo.NewOffset().At(pp.start)
 	}
+	// Before the first fetch: the output that commits this group's
+	// offsets learns where every partition's run begins.
+	handOverStarts(in.mgr, cfg.group, plans)
 	if cfg.membership {
-		c.member = &groupMember{cfg: cfg, adm: adm, tr: c.tr, met: in.met, log: in.log, fail: func(err error) { c.fail(err) }}
+		c.member = &groupMember{cfg: cfg, res: in.mgr, adm: adm, tr: c.tr, met: in.met, log: in.log, fail: func(err error) { c.fail(err) }}
 	}
 	if len(consume) > 0 || c.member != nil {
 		if c.consumeCl, err = kgo.NewClient(in.consumerOpts(consume, c.member)...); err != nil {
@@ -265,6 +268,10 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 	case c.member != nil:
 		committer = &serialCommitter{c: &handoverCommitter{res: in.mgr, group: cfg.group, direct: &memberCommitter{cl: c.consumeCl}}}
 		c.member.committer = committer
+		c.member.cl.Store(c.consumeCl)
+		// Before the fetch loop starts: no batch reaches the output
+		// before it can ask which partitions this member owns.
+		handOverMember(in.mgr, cfg.group, c.member)
 	case in.newCommitter != nil:
 		// The bookkeeper and the final commit of a bounded read may
 		// commit at the same time; OffsetCommitter calls never overlap.

@@ -106,7 +106,7 @@ func (c *config) list(ctx context.Context, adm *kadm.Client) (*listing, []tp, er
 		}
 	}
 	if c.group != "" {
-		l.committed, err = adm.FetchOffsetsForTopics(ctx, c.group, c.topicOrder...)
+		l.committed, err = fetchStable(ctx, adm, c.group, c.topicOrder)
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			// kfake answers GROUP_ID_NOT_FOUND for a group that
 			// never committed; Kafka answers with no offsets.
@@ -123,6 +123,35 @@ func (c *config) list(ctx context.Context, adm *kadm.Client) (*listing, []tp, er
 		}
 	}
 	return l, parts, nil
+}
+
+// fetchStable fetches the group's committed offsets of topics with
+// require_stable (KIP-447): while a transaction that commits offsets of a
+// partition is pending (a kafka_eos output's epoch, ours from before a crash or
+// another member's from before a rebalance), Kafka answers
+// UNSTABLE_OFFSET_COMMIT for it rather than the offset the transaction is about
+// to replace. Reading that older offset would copy the transaction's records
+// again once it commits; so retry until it ended (a dead producer's
+// transaction is aborted by the coordinator within its transaction timeout) or
+// ctx ends.
+func fetchStable(ctx context.Context, adm *kadm.Client, group string, topics []string) (kadm.OffsetResponses, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		resp, err := adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), group, topics...)
+		unstable := errors.Is(err, kerr.UnstableOffsetCommit)
+		if err == nil {
+			unstable = errors.Is(resp.Error(), kerr.UnstableOffsetCommit)
+		}
+		if !unstable {
+			return resp, err
+		}
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, time.Second)
+		case <-ctx.Done():
+			return resp, fmt.Errorf("waiting for a pending transactional offset commit of group %s: %w", group, ctx.Err())
+		}
+	}
 }
 
 // errGroupRead is the message of a missing Read ACL on the group.

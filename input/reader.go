@@ -166,6 +166,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 				s := Span{Topic: p.Topic, Partition: p.Partition, From: sp.from, To: sp.to, Generation: -1}
 				if f.cfg.membership {
 					s.MemberID, s.Generation = f.cl.GroupMetadata()
+					s.Assignment = sp.owner.assignment
 				}
 				withSpan(msgs, s)
 			}

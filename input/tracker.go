@@ -22,6 +22,10 @@ type partState struct {
 	tp
 	start int64
 	stop  int64 // noStop when unbounded
+	// assignment identifies this tracking of the partition (unique per
+	// tracker): a partition revoked and assigned again gets a new one, so
+	// that spans read under the old assignment are told apart (Span.Assignment).
+	assignment uint64
 
 	// position is the next offset the consumer delivers: every offset
 	// below it was handed to the pipeline, dropped, or found empty. It never
@@ -56,6 +60,8 @@ type tracker struct {
 	// changed is closed and replaced whenever an ack lands or a partition
 	// finishes, so that waiters (the end of a bounded read) wake up.
 	changed chan struct{}
+	// assignments numbers the partitions' trackings (partState.assignment).
+	assignments uint64
 }
 
 func newTracker(plans []*partPlan, now time.Time) *tracker {
@@ -70,8 +76,10 @@ func (t *tracker) add(plans []*partPlan, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, pp := range plans {
+		t.assignments++
 		ps := &partState{
 			tp:            pp.tp,
+			assignment:    t.assignments,
 			start:         pp.start,
 			stop:          pp.stop,
 			position:      pp.start,
@@ -114,6 +122,18 @@ func (t *tracker) remove(ps []tp) {
 	}
 	t.order = order
 	t.notifyLocked()
+}
+
+// assignmentOf returns the id of p's current tracking, false if p is not
+// tracked (never assigned, revoked or lost).
+func (t *tracker) assignmentOf(p tp) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps, ok := t.parts[p]
+	if !ok {
+		return 0, false
+	}
+	return ps.assignment, true
 }
 
 // has reports whether p is tracked.

@@ -159,7 +159,12 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	var offs []plannedOffset
 	if o.k2k != nil {
 		spans = ep.spans()
-		offs = o.k2k.plan(spans, o.log)
+		var err error
+		if offs, err = o.k2k.plan(spans, o.log); err != nil {
+			o.m.tally.add("k2k_revoked_epochs", 1)
+			o.abortEpoch(ctx, ep, err, false)
+			return
+		}
 		if len(offs) > 0 {
 			if records == 0 {
 				// franz-go does not know of this transaction: its

@@ -28,6 +28,10 @@ import (
 // What may be committed, per partition, is computed by txnstate.Runs from:
 //   - the group's committed offset (fetched at Connect, after recovery and the
 //     slots' InitProducerID, then what our commits wrote);
+//   - the base: where the input starts reading each partition (StartAt,
+//     before any batch of it), so that a partition's run has a known start
+//     from its first epoch on, committed offset or not. Offsets below it are
+//     not this input's; the base itself is never committed on its own;
 //   - the floor: positions the input hands over (CommitOffsets) for ranges
 //     acknowledged downstream. Everything below such a position is acked:
 //     filtered out, a marker, a stop, or in an epoch that already committed
@@ -44,16 +48,22 @@ type k2k struct {
 	// nothing committed, or unknown).
 	committed map[topicPartition]int64
 	floor     map[topicPartition]int64
+	base      map[topicPartition]int64
 	held      []input.Span
 	topicIDs  map[string][16]byte // TxnOffsetCommit v6+ names topics by id
 	// admitted is, per partition, the end of the ranges that joined an
 	// epoch not aborted (admitLocked).
 	admitted map[topicPartition]int64
 	changed  chan struct{} // closed and replaced when committed moves
+	// member is the input's group state when it reads with
+	// group_membership (nil otherwise): offsets are then committed only
+	// for partitions this member owns, under the assignment their records
+	// were read in, with the generation and member id of commit time.
+	member input.GroupState
 }
 
 func newK2K(group string) *k2k {
-	return &k2k{group: group, topicIDs: map[string][16]byte{}, admitted: map[topicPartition]int64{}, committed: map[topicPartition]int64{}, floor: map[topicPartition]int64{}, changed: make(chan struct{})}
+	return &k2k{group: group, topicIDs: map[string][16]byte{}, admitted: map[topicPartition]int64{}, committed: map[topicPartition]int64{}, floor: map[topicPartition]int64{}, base: map[topicPartition]int64{}, changed: make(chan struct{})}
 }
 
 // plannedOffsets is what one epoch commits: the offsets, and per offset the
@@ -62,19 +72,61 @@ type plannedOffset struct {
 	txnstate.SourceOffset
 	generation int32
 	memberID   string
+	// assignment is the member's assignment of the partition the offset
+	// was planned under (group_membership; 0 otherwise).
+	assignment uint64
+}
+
+// errRevoked is the cause of an epoch aborted because it holds records of a
+// partition this member no longer owns under the assignment they were read
+// in: committing them without their offsets would copy them twice (the next
+// owner reads them again), and with them would commit offsets of a partition
+// that is not ours.
+var errRevoked = errors.New("kafka_eos: the epoch holds records of a partition this group member no longer owns (revoked or lost)")
+
+// currentLocked reports whether span s was read under the member's current
+// assignment of its partition (always true without group_membership).
+func (k *k2k) currentLocked(s input.Span) bool {
+	if k.member == nil {
+		return true
+	}
+	id, _, _, ok := k.member.Assignment(s.Topic, s.Partition)
+	return ok && id == s.Assignment
+}
+
+// staleSpans counts the spans read under an assignment this member no longer
+// holds.
+func (k *k2k) staleSpans(spans []input.Span) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, s := range spans {
+		if !k.currentLocked(s) {
+			n++
+		}
+	}
+	return n
 }
 
 // plan computes the offsets epoch spans let us commit now. It changes
 // nothing: commitDone does, once the epoch committed.
-func (k *k2k) plan(spans []input.Span, log *service.Logger) []plannedOffset {
+func (k *k2k) plan(spans []input.Span, log *service.Logger) ([]plannedOffset, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	for _, s := range spans {
+		if !k.currentLocked(s) {
+			return nil, fmt.Errorf("%w: %s/%d [%d, %d)", errRevoked, s.Topic, s.Partition, s.From, s.To)
+		}
+	}
 	var r txnstate.Runs
 	for tp, c := range k.committed {
 		r.SetCommitted(tp.topic, tp.partition, c)
 	}
 	for tp, f := range k.floor {
 		r.SetCommitted(tp.topic, tp.partition, f)
+	}
+	for tp, b := range k.base {
+		r.SetCommitted(tp.topic, tp.partition, b)
 	}
 	for _, s := range k.held {
 		if err := r.Add(s.Topic, s.Partition, s.From, s.To); err != nil {
@@ -113,11 +165,16 @@ func (k *k2k) plan(spans []input.Span, log *service.Logger) []plannedOffset {
 		if _, ok := k.floor[tp]; ok {
 			known = true
 		}
+		if _, ok := k.base[tp]; ok {
+			known = true
+		}
 		if !known {
-			// Nothing committed and nothing handed over yet: where the
-			// input started is unknown, and the lowest span held may
-			// not be it (batches arrive out of order). Wait for the
-			// input's first hand-over rather than skip a range.
+			// Nothing committed, no start and nothing handed over:
+			// where the input started is unknown, and the lowest span
+			// held may not be it (batches arrive out of order). Wait
+			// for a hand-over rather than skip a range. (kafka_native
+			// hands its starts over before any batch: this is a
+			// message stamped by something else.)
 			continue
 		}
 		if off <= c {
@@ -131,7 +188,23 @@ func (k *k2k) plan(spans []input.Span, log *service.Logger) []plannedOffset {
 		if !ok {
 			st = gm{-1, ""}
 		}
-		out = append(out, plannedOffset{SourceOffset: txnstate.SourceOffset{Topic: tp.topic, Partition: tp.partition, Offset: off}, generation: st.gen, memberID: st.mem})
+		var assignment uint64
+		if k.member != nil {
+			// KIP-447 with the group state of commit time: a
+			// partition of this member is committed with the current
+			// generation (a batch fetched before a rebalance that kept
+			// the partition carries a stale one, which the coordinator
+			// rejects with ILLEGAL_GENERATION); one it does not own is
+			// not committed at all (an unstamped commit would bypass
+			// the coordinator's fencing and could move the offset
+			// behind the new owner).
+			id, gen, mem, owned := k.member.Assignment(tp.topic, tp.partition)
+			if !owned {
+				continue
+			}
+			st, assignment = gm{gen, mem}, id
+		}
+		out = append(out, plannedOffset{SourceOffset: txnstate.SourceOffset{Topic: tp.topic, Partition: tp.partition, Offset: off}, generation: st.gen, memberID: st.mem, assignment: assignment})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Topic != out[j].Topic {
@@ -139,7 +212,65 @@ func (k *k2k) plan(spans []input.Span, log *service.Logger) []plannedOffset {
 		}
 		return out[i].Partition < out[j].Partition
 	})
-	return out
+	return out, nil
+}
+
+// restamp returns offs with the generation and member id of now, if the
+// member still owns every partition of offs under the assignment they were
+// planned in and the generation moved; false otherwise. An epoch whose
+// TxnOffsetCommit met a rebalance (ILLEGAL_GENERATION) that left its
+// partitions with this member is committed under the new generation rather
+// than aborted.
+func (k *k2k) restamp(offs []plannedOffset) ([]plannedOffset, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.member == nil {
+		return nil, false
+	}
+	out := slices.Clone(offs)
+	moved := false
+	for i, po := range out {
+		id, gen, mem, owned := k.member.Assignment(po.Topic, po.Partition)
+		if !owned || id != po.assignment {
+			return nil, false
+		}
+		if gen != po.generation || mem != po.memberID {
+			moved = true
+		}
+		out[i].generation, out[i].memberID = gen, mem
+	}
+	return out, moved
+}
+
+// forget drops what is held for partitions this member gave up: their
+// offsets are another member's to commit now, and if they come back the
+// input hands their new starts over.
+func (k *k2k) forget(parts map[string][]int32) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	gone := map[topicPartition]bool{}
+	for t, ps := range parts {
+		for _, p := range ps {
+			tp := topicPartition{t, p}
+			gone[tp] = true
+			delete(k.floor, tp)
+			delete(k.base, tp)
+			delete(k.admitted, tp)
+			delete(k.committed, tp)
+		}
+	}
+	k.held = slices.DeleteFunc(k.held, func(s input.Span) bool { return gone[topicPartition{s.Topic, s.Partition}] })
+	k.signalLocked()
+}
+
+// holds reports whether any of spans belongs to parts.
+func holds(spans []input.Span, parts map[string][]int32) bool {
+	for _, s := range spans {
+		if slices.Contains(parts[s.Topic], s.Partition) {
+			return true
+		}
+	}
+	return false
 }
 
 // commitDone records a committed epoch: its spans are held (until the
@@ -158,7 +289,8 @@ func (k *k2k) commitDone(spans []input.Span, offs []plannedOffset) {
 	for _, s := range k.held {
 		c, ok := k.committed[topicPartition{s.Topic, s.Partition}]
 		f, fok := k.floor[topicPartition{s.Topic, s.Partition}]
-		if (ok && s.To <= c) || (fok && s.To <= f) {
+		b, bok := k.base[topicPartition{s.Topic, s.Partition}]
+		if (ok && s.To <= c) || (fok && s.To <= f) || (bok && s.To <= b) {
 			continue
 		}
 		kept = append(kept, s)
@@ -194,10 +326,11 @@ func (k *k2k) admissible(spans []input.Span, force bool) (bool, <-chan struct{})
 			tp := topicPartition{s.Topic, s.Partition}
 			c, known := k.committed[tp]
 			f, fok := k.floor[tp]
-			if !known && !fok {
+			b, bok := k.base[tp]
+			if !known && !fok && !bok {
 				continue
 			}
-			if s.From > max(c, f, k.admitted[tp]) {
+			if s.From > max(c, f, b, k.admitted[tp]) {
 				return false, k.changed
 			}
 		}
@@ -208,6 +341,35 @@ func (k *k2k) admissible(spans []input.Span, force bool) (bool, <-chan struct{})
 	}
 	k.signalLocked()
 	return true, k.changed
+}
+
+// dropStaleLocked decides for a batch whose spans were read under an
+// assignment this group member no longer holds (group_membership: revoked or
+// lost, possibly assigned again since): it is acknowledged without being
+// written (drop true, nil error). That is safe: the input ignores the ack (it
+// stopped tracking that assignment before the output learned of the revoke),
+// so no offset is ever committed on its strength; the group's committed
+// offset is either at or below its From, and the partition's next owner
+// (another member, or this one under a new assignment, which starts from the
+// committed offset) reads it again, or above it, which by I8 means an epoch
+// committed those records with their offsets already. Writing it instead
+// would commit records without their offsets (the next owner copies them
+// again). A batch mixing current and stale spans (a processor merged
+// partitions) cannot be split: it is an error (nacked), logged. Called with
+// o.mu held.
+func (o *output) dropStaleLocked(spans []input.Span) (bool, error) {
+	n := o.k2k.staleSpans(spans)
+	switch {
+	case n == 0:
+		return false, nil
+	case n == len(spans):
+		o.m.tally.add("k2k_dropped_revoked_batches", 1)
+		o.log.Debugf("kafka_eos: group %s: batch of %s/%d [%d, %d) read under an assignment this member no longer holds: dropped (the partition's owner reads it again)", o.k2k.group, spans[0].Topic, spans[0].Partition, spans[0].From, spans[0].To)
+		return true, nil
+	default:
+		o.log.Errorf("kafka_eos: group %s: a batch mixes records of partitions this member owns and of ones it gave up; it cannot be written nor dropped whole", o.k2k.group)
+		return false, fmt.Errorf("%w: a batch mixes records of owned and given-up partitions", errRevoked)
+	}
 }
 
 // admitWait bounds how long a batch ahead of its partition's run waits for
@@ -239,6 +401,18 @@ func (o *output) admitLocked(ctx context.Context, spans []input.Span, ep *epoch)
 			return ep, nil
 		}
 		if deadline == nil {
+			if o.conf.maxInFlight > 1 && o.admitWaiting+1 >= o.conf.maxInFlight {
+				// Every other WriteBatch Benthos may run at once
+				// already waits: the predecessor could only reach
+				// us after admitWait (seen on a loaded machine with
+				// two pipeline threads: bursts of 5s stalls). Nack
+				// at once instead. (With max_in_flight 1 the wait is
+				// for a hand-over of a range filtered out upstream.)
+				o.m.tally.add("k2k_nacked_out_of_order", 1)
+				return nil, fmt.Errorf("%w: the batch before it has not arrived and %d of max_in_flight %d batches already wait, nacked to be replayed after it", ErrOutOfOrder, o.admitWaiting, o.conf.maxInFlight)
+			}
+			o.admitWaiting++
+			defer func() { o.admitWaiting-- }() // o.mu is held at every return
 			t := time.NewTimer(admitWait)
 			defer t.Stop()
 			deadline = t.C
@@ -270,6 +444,25 @@ func (o *output) admitLocked(ctx context.Context, spans []input.Span, ep *epoch)
 	}
 }
 
+// startAt records where the input starts partitions (replacing what an
+// earlier assignment said).
+func (k *k2k) startAt(starts map[string]map[int32]int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for t, ps := range starts {
+		for p, off := range ps {
+			tp := topicPartition{t, p}
+			k.base[tp] = off
+			// A new assignment (or the first): what an earlier one
+			// admitted or handed over says nothing about this one's
+			// batches.
+			delete(k.admitted, tp)
+			delete(k.floor, tp)
+		}
+	}
+	k.signalLocked()
+}
+
 // addFloor takes acknowledged positions (max with what is held) and reports
 // whether any is not committed yet.
 func (k *k2k) addFloor(offsets map[string]map[int32]int64) bool {
@@ -279,6 +472,11 @@ func (k *k2k) addFloor(offsets map[string]map[int32]int64) bool {
 	for t, ps := range offsets {
 		for p, off := range ps {
 			tp := topicPartition{t, p}
+			if k.member != nil {
+				if _, _, _, owned := k.member.Assignment(t, p); !owned {
+					continue // a late hand-over of a partition given up
+				}
+			}
 			if f, ok := k.floor[tp]; !ok || off > f {
 				k.floor[tp] = off
 				k.signalLocked()
@@ -299,6 +497,11 @@ func (k *k2k) covered(offsets map[string]map[int32]int64) (bool, <-chan struct{}
 	defer k.mu.Unlock()
 	for t, ps := range offsets {
 		for p, off := range ps {
+			if k.member != nil {
+				if _, _, _, owned := k.member.Assignment(t, p); !owned {
+					continue // given up: the new owner commits it
+				}
+			}
 			if k.committed[topicPartition{t, p}] < off {
 				return false, k.changed
 			}
@@ -353,6 +556,65 @@ func (o *output) Ready(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// StartAt implements input.CommitTakeover: where the input starts reading
+// partitions, handed over before any batch of them. It makes every epoch's
+// offsets committable from the partition's first batch on, committed offset or
+// not (before it, such epochs committed records without offsets).
+func (o *output) StartAt(starts map[string]map[int32]int64) {
+	if o.k2k != nil {
+		o.k2k.startAt(starts)
+	}
+}
+
+// Member implements input.CommitTakeover: the input reads as a group member.
+func (o *output) Member(m input.GroupState) {
+	if k := o.k2k; k != nil {
+		k.mu.Lock()
+		k.member = m
+		k.mu.Unlock()
+	}
+}
+
+// Revoked implements input.CommitTakeover: the member gave parts up. What
+// this output held for them is forgotten; the open epoch is sealed if it holds
+// their records, and Revoked waits (up to ctx) until every epoch that holds
+// their records or is already committing has finished, so that nothing of
+// ours commits offsets of them once the member rejoins the group. Epochs past
+// their TxnOffsetCommit commit (under the generation still current); the
+// others abort at their commit (errRevoked), and batches of the partitions
+// that arrive later are dropped (WriteBatch). It needs nothing from the input.
+func (o *output) Revoked(ctx context.Context, parts map[string][]int32) {
+	k := o.k2k
+	if k == nil || len(parts) == 0 {
+		return
+	}
+	k.forget(parts)
+	o.mu.Lock()
+	var waits []*epoch
+	for _, ep := range o.live {
+		if !holds(ep.spans(), parts) && !ep.sealed {
+			continue
+		}
+		if !ep.sealed {
+			o.sealLocked(ep)
+		}
+		waits = append(waits, ep)
+	}
+	o.mu.Unlock()
+	for _, ep := range waits {
+		select {
+		case <-ep.done:
+		case <-o.closedCh:
+			return
+		case <-ctx.Done():
+			o.m.tally.add("k2k_revoke_wait_timeouts", 1)
+			o.log.Warnf("kafka_eos: group %s: revoke of %v: epoch %d still not finished (%v); the rebalance goes on", k.group, parts, ep.n, ctx.Err())
+			return
+		}
+	}
+	o.log.Debugf("kafka_eos: group %s: revoke of %v: %d epochs finished", k.group, parts, len(waits))
 }
 
 // CommitOffsets implements input.CommitTakeover: positions acknowledged
@@ -463,16 +725,26 @@ func (o *output) sendOffsets(ctx context.Context, ep *epoch, offs []plannedOffse
 		gen int32
 		mem string
 	}
-	byGM := map[gm][]plannedOffset{}
-	var order []gm
+	// One request per generation and member id; a rejected generation
+	// queues the offsets again under the current one (restampAfter).
+	type request struct {
+		gm
+		offs []plannedOffset
+	}
+	var queue []request
 	for _, po := range offs {
 		g := gm{po.generation, po.memberID}
-		if _, ok := byGM[g]; !ok {
-			order = append(order, g)
+		i := slices.IndexFunc(queue, func(r request) bool { return r.gm == g })
+		if i < 0 {
+			queue = append(queue, request{gm: g})
+			i = len(queue) - 1
 		}
-		byGM[g] = append(byGM[g], po)
+		queue[i].offs = append(queue[i].offs, po)
 	}
-	for _, g := range order {
+	restamps := 0
+	for len(queue) > 0 {
+		g, batch := queue[0].gm, queue[0].offs
+		queue = queue[1:]
 		req := kmsg.NewPtrTxnOffsetCommitRequest()
 		req.TransactionalID = s.id
 		req.Group = o.k2k.group
@@ -481,7 +753,7 @@ func (o *output) sendOffsets(ctx context.Context, ep *epoch, offs []plannedOffse
 		req.Generation = g.gen
 		req.MemberID = g.mem
 		idx := map[string]int{}
-		for _, po := range byGM[g] {
+		for _, po := range batch {
 			i, ok := idx[po.Topic]
 			if !ok {
 				i = len(req.Topics)
@@ -511,10 +783,44 @@ func (o *output) sendOffsets(ctx context.Context, ep *epoch, offs []plannedOffse
 			}
 			return nil
 		}); err != nil {
+			if restamped, ok := o.restampAfter(err, batch); ok && restamps < maxRestamps {
+				// Same partitions, same assignments, a newer
+				// generation: commit them under it.
+				restamps++
+				o.m.tally.add("k2k_restamped_offsets", 1)
+				o.log.Debugf("kafka_eos: group %s: TxnOffsetCommit under generation %d: %v; the member still owns the partitions, committing them under generation %d", o.k2k.group, g.gen, err, restamped[0].generation)
+				queue = append(queue, request{gm: gm{restamped[0].generation, restamped[0].memberID}, offs: restamped})
+				continue
+			}
 			return fmt.Errorf("TxnOffsetCommit(%s, generation %d, member %q): %w", o.k2k.group, g.gen, g.mem, err)
 		}
 	}
 	return nil
+}
+
+// maxRestamps bounds how often one epoch's offsets are committed again under a
+// newer generation (each time a rebalance moved the generation between the
+// plan and the TxnOffsetCommit).
+const maxRestamps = 5
+
+// restampAfter returns offs stamped with the current generation if err is the
+// coordinator rejecting their generation or member id and the member still
+// owns all of them under the same assignments.
+func (o *output) restampAfter(err error, offs []plannedOffset) ([]plannedOffset, bool) {
+	if !errors.Is(err, kerr.IllegalGeneration) && !errors.Is(err, kerr.UnknownMemberID) && !errors.Is(err, kerr.RebalanceInProgress) {
+		return nil, false
+	}
+	// The member learns of the new generation shortly after the
+	// coordinator: give it a moment.
+	for range 20 {
+		if out, moved := o.k2k.restamp(offs); moved {
+			return out, true
+		} else if out == nil {
+			return nil, false // no longer owned as planned
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, false
 }
 
 // topicIDs returns the ids of the topics of offs (cached: an id does not

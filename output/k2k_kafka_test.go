@@ -43,3 +43,16 @@ func TestK2KKafkaStopMidCopyAndRestart(t *testing.T) {
 		stopMidCopyAndRestart(t, e, txnID, 1000)
 	})
 }
+
+// TestK2KKafkaKillNineNoCommittedStarts: TestK2KKillNineNoCommittedStarts on
+// Apache Kafka: nothing committed at first, batches out of order, no hand-over
+// while copying, three SIGKILLs: every committed epoch carried its offsets,
+// and the copy is exactly-once.
+func TestK2KKafkaKillNineNoCommittedStarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	forEachK2KKafka(t, func(t *testing.T, e k2kTopics, txnID string) {
+		killNineCopy(t, e, txnID, txnID+"-state", killNineOpts{noHandOver: true})
+	})
+}

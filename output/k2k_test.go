@@ -491,36 +491,76 @@ func TestK2KGroupMembership(t *testing.T) {
 // TestK2KKillNine: the copy job is SIGKILLed three times at random points
 // (after some progress each), then a clean bounded run finishes it: no
 // duplicates, no loss under read_committed, lag 0. The state cache is
-// kafka_state, so in-doubt epochs are recovered across the kills.
+// kafka_state, so in-doubt epochs are recovered across the kills. Batches
+// reach the output in order (one pipeline thread, one batch in flight) and
+// every partition has a committed starting offset.
 func TestK2KKillNine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs child processes")
 	}
 	c := newK2KCluster(t)
 	e := k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}
+	killNineCopy(t, e, "k2k-kill", "k2k-kill-state", killNineOpts{ordered: true, precommit: true})
+}
+
+// TestK2KKillNineNoCommittedStarts: as TestK2KKillNine, with nothing
+// committed for the group at first, batches out of order (pipeline threads,
+// 4 batches in flight) and an input that never hands positions over while it
+// copies (commit_period 1h): every epoch's offsets move from the starts the
+// input handed over at Connect, so a kill replays nothing that committed.
+// (Before the starts were handed over, the epochs of a partition with nothing
+// committed carried no offsets until the input's first hand-over, and here
+// every run but the last would have copied the records again.)
+func TestK2KKillNineNoCommittedStarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	c := newK2KCluster(t)
+	e := k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}
+	killNineCopy(t, e, "k2k-kill-nostart", "k2k-kill-nostart-state", killNineOpts{noHandOver: true})
+}
+
+type killNineOpts struct {
+	ordered    bool // one pipeline thread, max_in_flight 1
+	precommit  bool // commit offset 0 of every partition first
+	noHandOver bool // commit_period 1h: progress only through the epochs' offsets
+}
+
+func killNineCopy(t *testing.T, e k2kTopics, txnID, stateTopic string, opts killNineOpts) {
 	const n = 3000
 	fillInput(t, e.brokers, e.in, n)
 	stateCache := fmt.Sprintf(`cache_resources:
   - label: state
     kafka_state:
       seed_brokers: [ %s ]
-      topic: k2k-kill-state
-`, strings.Join(e.brokers, ","))
-	// Batches reach the output in order (one pipeline thread, one batch
-	// in flight): out of order, a batch ahead of its partition's run waits
-	// for its predecessor only admitWait, then is nacked to be replayed
-	// after it (see k2k.go).
+      topic: %s
+`, strings.Join(e.brokers, ","), stateTopic)
 	yamlOf := func(extra string) string {
-		y := ordered(copyYAMLFor(e, "k2k-kill", false, extra))
+		y := copyYAMLFor(e, txnID, false, extra)
+		if opts.ordered {
+			y = ordered(y)
+		}
+		if opts.noHandOver {
+			y = strings.Replace(y, "commit_period: 100ms", "commit_period: 1h", 1)
+		}
+		// A killed process leaves its open transaction (records and
+		// offsets) pending until the coordinator's timeout aborts it;
+		// meanwhile Kafka answers UNSTABLE_OFFSET_COMMIT for the offsets
+		// of its partitions. 10s keeps the check after a kill short.
+		y = strings.Replace(y, "    epoch: { interval: 20ms }\n", "    epoch: { interval: 20ms }\n    transaction_timeout: 10s\n    commit_timeout: 2s\n", 1)
 		i := strings.Index(y, "cache_resources:")
 		return y[:i] + stateCache
 	}
-	// A committed start for every partition: before the input's first
-	// hand-over, a partition with nothing committed has no known start
-	// and its epochs commit records without offsets (see spec.go).
-	precommit(t, e)
+	if opts.precommit {
+		precommit(t, e)
+	}
 	slow := `
     - sleep: { duration: 2ms }`
+	if !opts.ordered {
+		// Two pipeline threads copy about twice as fast.
+		slow = `
+    - sleep: { duration: 5ms }`
+	}
 	committed := func() int64 {
 		var sum int64
 		for _, o := range groupOffsets(t, e.brokers, e.grp, e.in) {
@@ -528,17 +568,42 @@ func TestK2KKillNine(t *testing.T) {
 		}
 		return sum
 	}
+	// Progress is what reached the output: with noHandOver the group's
+	// offsets move only if the epochs carry them.
+	progress := func() int64 { return int64(len(readCommitted(t, e.brokers, e.out))) }
 	for round := range 3 {
-		before := committed()
+		before := progress()
 		cmd, stderr := startChild(t, yamlOf(slow))
-		wait(t, 30*time.Second, "progress", func() bool { return committed() >= before+n/20 })
+		wait(t, 60*time.Second, "progress", func() bool { return progress() >= before+n/20 })
 		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		_ = cmd.Wait()
 		logRecovery(t, fmt.Sprintf("r%d", round), stderr.String())
-		t.Logf("round %d: killed at %d of %d committed", round, committed(), n)
+		// The coordinator writes the markers of a transaction that
+		// was committing at the kill to the output partitions and to
+		// the offsets topic independently: give them a moment to agree.
+		var out, c int64
+		stable := false
+		for try := 0; try < 50; try++ {
+			var offs map[int32]int64
+			offs, stable = stableGroupOffsets(t, e, 30*time.Second)
+			c = 0
+			for _, o := range offs {
+				c += o
+			}
+			if out = progress(); out == c || !stable {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Logf("round %d: killed with %d records out, %d offsets committed (stable %v), of %d", round, out, c, stable, n)
+		if stable && out != c {
+			// Every committed epoch carried the offsets of its
+			// records (no filter here): output and offsets agree.
+			t.Fatalf("round %d: %d records in the output, %d offsets committed: epochs committed records without their offsets", round, out, c)
+		}
 	}
 	if committed() >= n {
 		t.Fatal("the copy finished before the last kill")
@@ -551,12 +616,51 @@ func TestK2KKillNine(t *testing.T) {
 		if err != nil {
 			t.Fatalf("final run: %v\n%s", err, stderr)
 		}
-	case <-time.After(90 * time.Second):
+	case <-time.After(120 * time.Second):
 		_ = cmd.Process.Kill()
 		t.Fatalf("final run did not finish:\n%s", stderr)
 	}
 	logRecovery(t, "final", stderr.String())
 	checkCopyOf(t, e, n, func(int) bool { return true })
+}
+
+// stableGroupOffsets waits up to d until the group's offsets of the input
+// topic are stable (no transaction with offsets of it pending: Kafka answers
+// UNSTABLE_OFFSET_COMMIT for those partitions until it ends) and returns them,
+// or what it read last and false.
+func stableGroupOffsets(t testing.TB, e k2kTopics, d time.Duration) (map[int32]int64, bool) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := kadm.NewClient(cl).FetchOffsets(kadm.RequireStable(ctx), e.grp)
+		cancel()
+		out := map[int32]int64{}
+		stable := err == nil || errors.Is(err, kerr.GroupIDNotFound)
+		if err == nil {
+			resp.Each(func(r kadm.OffsetResponse) {
+				if r.Topic != e.in {
+					return
+				}
+				if r.Err != nil {
+					stable = false
+					return
+				}
+				if r.At >= 0 {
+					out[r.Partition] = r.At
+				}
+			})
+		}
+		if stable || time.Now().After(deadline) {
+			return out, stable
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // precommit commits offset 0 of every partition of the input topic for the

@@ -74,8 +74,11 @@ type output struct {
 	open      *epoch   // the epoch accepting batches, nil if none
 	live      []*epoch // every unfinished epoch, in epoch order
 	inFlight  int      // batches in live epochs
-	stopErr   error    // set once the output stops (fatal, crash, close)
-	closing   bool
+	// admitWaiting counts WriteBatch calls waiting in admitLocked for
+	// their predecessor (Kafka-to-Kafka).
+	admitWaiting int
+	stopErr      error // set once the output stops (fatal, crash, close)
+	closing      bool
 	// inDoubtAttempts counts Connect attempts that found an in-doubt epoch
 	// nothing identifies.
 	inDoubtAttempts int
@@ -268,7 +271,19 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	}
 	ep, err := o.joinLocked(ctx)
 	if err == nil && len(spans) > 0 {
+		if drop, serr := o.dropStaleLocked(spans); drop || serr != nil {
+			o.mu.Unlock()
+			return serr
+		}
 		ep, err = o.admitLocked(ctx, spans, ep)
+		if err == nil {
+			// admitLocked may have waited without o.mu: a revoke
+			// in between is seen here, before the batch joins.
+			if drop, serr := o.dropStaleLocked(spans); drop || serr != nil {
+				o.mu.Unlock()
+				return serr
+			}
+		}
 	}
 	if err == nil && kps != nil {
 		drop, err = o.dedupePlanLocked(kps)

@@ -157,8 +157,11 @@ end of the contiguous run of acknowledged ranges, so batches that arrive out of
 order or are filtered out never make an offset skip a range or move backwards),
 so records and offsets commit or abort together; ranges acknowledged without
 reaching the output are committed with the next epoch, or one of offsets only.
-A partition's offsets move only once it has a committed offset or the input
-handed over a position for it (its first commit period). At start the input
+The input tells the output where it starts reading every partition (the committed
+offset, or the start that start_offset, start_offsets, start_timestamp or
+reset_offset resolved) before it delivers any batch of it, so every epoch carries
+its offsets from a partition's first record on, whether or not the group has
+committed anything. At start the input
 waits for the output's recovery before it reads the committed offsets; an epoch
 left in doubt is resumed (committed) when it is still open. Every member of the
 group should read with `+"`isolation_level: read_committed`"+`. A batch that reaches the output
@@ -168,10 +171,7 @@ handed over or committed, so that an epoch never commits records past its
 offsets; after 5s it is nacked with a warning (Benthos may hold the
 predecessor behind it, e.g. a batch nacked by an aborted epoch and queued for
 replay) and Benthos replays it after its predecessor, so per-partition order
-holds. Known gap: before a partition has a committed offset or a first hand-over
-from the input, where its run starts is unknown and its epochs commit records
-without offsets (a crash in that window copies them again): give every partition
-a committed starting offset for exactly-once from the first record. Rebalances with
+holds. Rebalances with
 `+"`group_membership`"+` are not specially handled yet: an epoch whose offsets carry a
 generation the coordinator no longer accepts aborts and its batches are nacked.
 
