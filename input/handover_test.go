@@ -6,6 +6,7 @@ import (
 	"maps"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
@@ -22,6 +23,9 @@ type fakeTakeover struct {
 	starts  map[string]map[int32]int64
 	member  GroupState
 	revoked []map[string][]int32
+	// ownedAtRevoke records, per revoked partition, whether the member
+	// still said it owned it when Revoked was called.
+	ownedAtRevoke map[int32]bool
 }
 
 func (f *fakeTakeover) StartAt(starts map[string]map[int32]int64) {
@@ -50,6 +54,15 @@ func (f *fakeTakeover) Revoked(_ context.Context, parts map[string][]int32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.revoked = append(f.revoked, parts)
+	if f.ownedAtRevoke == nil {
+		f.ownedAtRevoke = map[int32]bool{}
+	}
+	for t, ps := range parts {
+		for _, p := range ps {
+			_, _, _, owned := f.member.Assignment(t, p)
+			f.ownedAtRevoke[p] = owned
+		}
+	}
 }
 
 func (f *fakeTakeover) startsOf(topic string) map[int32]int64 {
@@ -142,4 +155,81 @@ commit_period: 10ms
 	}
 	assert.Equal(t, map[int32]int64{0: 10, 1: 0}, ft.offsets[topic], "the takeover got the stops, trailing marker included")
 	assert.Equal(t, int64(-1), e.committed(t, group, topic, 0), "the input never commits itself")
+}
+
+// TestCommitTakeoverMembership: with group_membership the input tells the
+// takeover it is a member and where the assigned partitions start before their
+// first batch; every span carries the assignment it was read under, which the
+// member confirms with the generation and member id to commit with; a revoke
+// reaches the takeover after the partition stopped being tracked.
+func TestCommitTakeoverMembership(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 2)
+	e.produce(t, topic, 0, vals("a", 10)...)
+	e.produce(t, topic, 1, vals("b", 10)...)
+	group := uniq(t, "g")
+	e.commit(t, group, topic, 1, 4)
+	res := service.MockResources()
+	ft := &fakeTakeover{offsets: map[string]map[int32]int64{}}
+	require.NoError(t, RegisterCommitTakeover(res, group, ft))
+	conf := fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+group_membership: true
+start_offset: committed
+reset_offset: earliest
+max_batch_records: 5
+commit_period: 20ms
+revoke_ack_timeout: 300ms
+`, topic, group)
+	h := e.newInputWith(t, conf, res)
+	h.mustConnect()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	seen := map[int32]bool{}
+	for len(seen) < 2 {
+		b, ack, err := h.in.ReadBatch(ctx)
+		require.NoError(t, err)
+		s, ok := SpanOf(b[0])
+		require.True(t, ok)
+		if !seen[s.Partition] {
+			// The first batch of the partition: its start was handed
+			// over before it.
+			want := map[int32]int64{0: 0, 1: 4}[s.Partition]
+			assert.Equal(t, want, ft.startsOf(topic)[s.Partition], "start of partition %d", s.Partition)
+			assert.Equal(t, want, s.From)
+		}
+		seen[s.Partition] = true
+		ft.mu.Lock()
+		m := ft.member
+		ft.mu.Unlock()
+		require.NotNil(t, m, "Member before the first batch")
+		id, gen, mem, owned := m.Assignment(s.Topic, s.Partition)
+		assert.True(t, owned)
+		assert.NotZero(t, s.Assignment)
+		assert.Equal(t, s.Assignment, id, "the span's assignment is the current one")
+		assert.Equal(t, s.Generation, gen)
+		assert.Equal(t, s.MemberID, mem)
+		require.NoError(t, ack(ctx, nil))
+	}
+
+	// A second member takes one partition over.
+	h2 := e.newInput(t, conf)
+	h2.mustConnect()
+	wait(t, 30*time.Second, func() bool {
+		ft.mu.Lock()
+		defer ft.mu.Unlock()
+		return len(ft.revoked) > 0
+	})
+	ft.mu.Lock()
+	revoked := ft.revoked[0][topic]
+	owned := maps.Clone(ft.ownedAtRevoke)
+	m := ft.member
+	ft.mu.Unlock()
+	require.Len(t, revoked, 1)
+	assert.False(t, owned[revoked[0]], "the partition is no longer tracked when the takeover hears of the revoke")
+	_, _, _, still := m.Assignment(topic, revoked[0])
+	assert.False(t, still)
+	_, _, _, kept := m.Assignment(topic, 1-revoked[0])
+	assert.True(t, kept, "the other partition stays")
 }

@@ -56,3 +56,11 @@ func TestK2KKafkaKillNineNoCommittedStarts(t *testing.T) {
 		killNineCopy(t, e, txnID, txnID+"-state", killNineOpts{noHandOver: true})
 	})
 }
+
+// TestK2KKafkaGroupMembershipRebalance: TestK2KGroupMembershipRebalance on
+// Apache Kafka (cooperative-sticky rebalances, KIP-447 generation checks).
+func TestK2KKafkaGroupMembershipRebalance(t *testing.T) {
+	forEachK2KKafka(t, func(t *testing.T, e k2kTopics, txnID string) {
+		membershipRebalance(t, e, txnID, 2000)
+	})
+}

@@ -687,3 +687,57 @@ func ordered(y string) string {
 	y = strings.Replace(y, "pipeline:\n", "pipeline:\n  threads: 1\n", 1)
 	return strings.Replace(y, "max_in_flight: 4", "max_in_flight: 1", 1)
 }
+
+// TestK2KGroupMembershipRebalance: two streams (two "processes", each with
+// its own transactional_id) share a copy job through group_membership; the
+// second joins mid-copy and the first leaves mid-copy, so partitions move
+// both ways while batches are in flight: every record exactly once, lag 0.
+func TestK2KGroupMembershipRebalance(t *testing.T) {
+	c := newK2KCluster(t)
+	membershipRebalance(t, k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}, "k2k-members", 2000)
+}
+
+func membershipRebalance(t *testing.T, e k2kTopics, txnID string, n int) {
+	fillInput(t, e.brokers, e.in, n)
+	member := func(id string) *service.Stream {
+		y := copyYAMLFor(e, txnID+"-"+id, false, `
+    - sleep: { duration: 10ms }`)
+		y = strings.Replace(y, "    stop_offset: latest\n", "    stop_offset: none\n    group_membership: true\n    revoke_ack_timeout: 5s\n", 1)
+		return buildStream(t, y)
+	}
+	run := func(s *service.Stream) chan error {
+		done := make(chan error, 1)
+		go func() { done <- s.Run(context.Background()) }()
+		return done
+	}
+	stop := func(s *service.Stream, done chan error) {
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := s.Stop(sctx); err != nil {
+			t.Logf("stop: %v", err)
+		}
+		<-done
+	}
+	progress := func() int { return len(readCommitted(t, e.brokers, e.out)) }
+	a := member("a")
+	aDone := run(a)
+	wait(t, 60*time.Second, "a copies", func() bool { return progress() >= n/10 })
+	b := member("b")
+	bDone := run(b)
+	at := progress()
+	wait(t, 60*time.Second, "both copy", func() bool { return progress() >= at+n/10 })
+	t.Logf("a leaves at %d of %d", progress(), n)
+	stop(a, aDone)
+	ends := endOffsets(t, e.brokers, e.in)
+	wait(t, 120*time.Second, "lag 0", func() bool {
+		offs := groupOffsets(t, e.brokers, e.grp, e.in)
+		for p, end := range ends {
+			if offs[p] != end {
+				return false
+			}
+		}
+		return true
+	})
+	stop(b, bDone)
+	checkCopyOf(t, e, n, func(int) bool { return true })
+}

@@ -171,9 +171,20 @@ handed over or committed, so that an epoch never commits records past its
 offsets; after 5s it is nacked with a warning (Benthos may hold the
 predecessor behind it, e.g. a batch nacked by an aborted epoch and queued for
 replay) and Benthos replays it after its predecessor, so per-partition order
-holds. Rebalances with
-`+"`group_membership`"+` are not specially handled yet: an epoch whose offsets carry a
-generation the coordinator no longer accepts aborts and its batches are nacked.
+holds. With `+"`group_membership`"+` (several processes in one group, each with its
+own `+"`transactional_id`"+`), offsets follow KIP-447: a partition's offsets are committed
+only while this member owns it under the assignment its records were read in, with
+the group generation and member id of commit time (a partition kept across a
+rebalance is committed under the new generation; should a rebalance move the
+generation between the plan and the commit while the member keeps the partition,
+the offsets are sent again under the new one). When partitions are revoked or lost,
+the input's rebalance callback waits (up to its `+"`revoke_ack_timeout`"+`) until the
+epochs holding their records finished: those already committing commit under the
+generation still current, the others abort; batches of those partitions that reach
+the output afterwards are acknowledged without being written (the input ignores
+those acknowledgements, and the partition's next owner reads them again from the
+committed offset, which the input reads with require_stable, waiting for pending
+transactional commits).
 
 Dedupe mode (`+"`dedupe`"+` set) is exactly-once end to end for inputs that replay
 unacknowledged messages in their order (a topic read without a consumer group, a
