@@ -161,7 +161,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		spans = ep.spans()
 		var err error
 		if offs, err = o.k2k.plan(spans, o.log); err != nil {
-			o.m.tally.add("k2k_revoked_epochs", 1)
+			o.m.k2kRebalanceEvent(k2kRevokedEpoch)
 			o.abortEpoch(ctx, ep, err, false)
 			return
 		}

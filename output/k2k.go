@@ -363,7 +363,7 @@ func (o *output) dropStaleLocked(spans []input.Span) (bool, error) {
 	case n == 0:
 		return false, nil
 	case n == len(spans):
-		o.m.tally.add("k2k_dropped_revoked_batches", 1)
+		o.m.k2kRebalanceEvent(k2kDroppedBatch)
 		o.log.Debugf("kafka_eos: group %s: batch of %s/%d [%d, %d) read under an assignment this member no longer holds: dropped (the partition's owner reads it again)", o.k2k.group, spans[0].Topic, spans[0].Partition, spans[0].From, spans[0].To)
 		return true, nil
 	default:
@@ -408,7 +408,7 @@ func (o *output) admitLocked(ctx context.Context, spans []input.Span, ep *epoch)
 				// two pipeline threads: bursts of 5s stalls). Nack
 				// at once instead. (With max_in_flight 1 the wait is
 				// for a hand-over of a range filtered out upstream.)
-				o.m.tally.add("k2k_nacked_out_of_order", 1)
+				o.m.k2kOutOfOrder()
 				return nil, fmt.Errorf("%w: the batch before it has not arrived and %d of max_in_flight %d batches already wait, nacked to be replayed after it", ErrOutOfOrder, o.admitWaiting, o.conf.maxInFlight)
 			}
 			o.admitWaiting++
@@ -437,7 +437,7 @@ func (o *output) admitLocked(ctx context.Context, spans []input.Span, ep *epoch)
 			if ok, _ := o.k2k.admissible(spans, false); ok {
 				return ep, nil
 			}
-			o.m.tally.add("k2k_nacked_out_of_order", 1)
+			o.m.k2kOutOfOrder()
 			o.log.Warnf("kafka_eos: group %s: a batch waited %v for the batch before it; nacked so that it is replayed after it", o.k2k.group, admitWait)
 			return nil, fmt.Errorf("%w: waited %v for the batch before it, nacked to be replayed after it", ErrOutOfOrder, admitWait)
 		}
@@ -609,7 +609,7 @@ func (o *output) Revoked(ctx context.Context, parts map[string][]int32) {
 		case <-o.closedCh:
 			return
 		case <-ctx.Done():
-			o.m.tally.add("k2k_revoke_wait_timeouts", 1)
+			o.m.k2kRebalanceEvent(k2kRevokeWaitTimeout)
 			o.log.Warnf("kafka_eos: group %s: revoke of %v: epoch %d still not finished (%v); the rebalance goes on", k.group, parts, ep.n, ctx.Err())
 			return
 		}
@@ -787,7 +787,7 @@ func (o *output) sendOffsets(ctx context.Context, ep *epoch, offs []plannedOffse
 				// Same partitions, same assignments, a newer
 				// generation: commit them under it.
 				restamps++
-				o.m.tally.add("k2k_restamped_offsets", 1)
+				o.m.k2kRebalanceEvent(k2kRestamped)
 				o.log.Debugf("kafka_eos: group %s: TxnOffsetCommit under generation %d: %v; the member still owns the partitions, committing them under generation %d", o.k2k.group, g.gen, err, restamped[0].generation)
 				queue = append(queue, request{gm: gm{restamped[0].generation, restamped[0].memberID}, offs: restamped})
 				continue

@@ -64,3 +64,9 @@ func TestK2KKafkaGroupMembershipRebalance(t *testing.T) {
 		membershipRebalance(t, e, txnID, 2000)
 	})
 }
+
+func TestK2KKafkaRestampAfterRebalance(t *testing.T) {
+	forEachK2KKafka(t, func(t *testing.T, e k2kTopics, txnID string) {
+		restampAfterRebalance(t, e, txnID)
+	})
+}

@@ -340,7 +340,7 @@ func TestK2KOffsetsOnlyAndOrder(t *testing.T) {
 	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 20 {
 		t.Fatalf("after [5,10): committed %v, want 0:20", got)
 	}
-	if got := o.m.tally.get("k2k_nacked_out_of_order"); got != 0 {
+	if got := o.m.tally.get(metricK2KOutOfOrder); got != 0 {
 		t.Fatalf("%d batches forced out of order", got)
 	}
 	// A position at or below what is committed commits nothing and

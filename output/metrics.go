@@ -21,6 +21,14 @@ const (
 	metricFenced           = "kafka_eos_fenced"
 	metricDedupeDropped    = "kafka_eos_dedupe_dropped"
 	metricDedupeOutOfOrder = "kafka_eos_dedupe_nacked_out_of_order"
+	// metricK2KOutOfOrder counts batches nacked because they reached the
+	// output ahead of their partition's run (Kafka-to-Kafka).
+	metricK2KOutOfOrder = "kafka_eos_k2k_nacked_out_of_order"
+	// metricK2KRebalance counts what group_membership rebalances made the
+	// output do (label event: dropped_batch, revoked_epoch, restamped,
+	// revoke_wait_timeout).
+	metricK2KRebalance     = "kafka_eos_k2k_rebalance"
+	metricLabelEvent       = "event"
 	metricLabelOutcome     = "outcome"
 	outcomeResumed         = "resumed"
 	outcomeFoundCommitted  = "found_committed"
@@ -52,6 +60,8 @@ type metrics struct {
 	// aborted epoch's positions.
 	ddDropped    *service.MetricCounter
 	ddOutOfOrder *service.MetricCounter
+	k2kOutOfOrd  *service.MetricCounter
+	k2kRebalance *service.MetricCounter
 }
 
 func newMetrics(m *service.Metrics) *metrics {
@@ -67,6 +77,8 @@ func newMetrics(m *service.Metrics) *metrics {
 		fenced:        m.NewCounter(metricFenced),
 		ddDropped:     m.NewCounter(metricDedupeDropped),
 		ddOutOfOrder:  m.NewCounter(metricDedupeOutOfOrder),
+		k2kOutOfOrd:   m.NewCounter(metricK2KOutOfOrder),
+		k2kRebalance:  m.NewCounter(metricK2KRebalance, metricLabelEvent),
 	}
 }
 
@@ -120,4 +132,22 @@ func (m *metrics) dedupeDropped(n int) {
 func (m *metrics) dedupeOutOfOrder() {
 	m.ddOutOfOrder.Incr(1)
 	m.tally.add(metricDedupeOutOfOrder, 1)
+}
+
+func (m *metrics) k2kOutOfOrder() {
+	m.k2kOutOfOrd.Incr(1)
+	m.tally.add(metricK2KOutOfOrder, 1)
+}
+
+// Events of metricK2KRebalance.
+const (
+	k2kDroppedBatch      = "dropped_batch"
+	k2kRevokedEpoch      = "revoked_epoch"
+	k2kRestamped         = "restamped"
+	k2kRevokeWaitTimeout = "revoke_wait_timeout"
+)
+
+func (m *metrics) k2kRebalanceEvent(event string) {
+	m.k2kRebalance.Incr(1, event)
+	m.tally.add(metricK2KRebalance+"/"+event, 1)
 }

@@ -253,7 +253,13 @@ batch waited for a producer slot before it could be produced),
 resumed, found_committed, found_aborted, aborted, forced_committed,
 forced_aborted) and `+"`kafka_eos_fenced`"+`; in dedupe mode `+"`kafka_eos_dedupe_dropped`"+` (messages acknowledged
 and dropped as replays) and `+"`kafka_eos_dedupe_nacked_out_of_order`"+` (batches nacked because
-they arrived before the replay of an aborted epoch's positions).
+they arrived before the replay of an aborted epoch's positions); in Kafka-to-Kafka mode
+`+"`kafka_eos_k2k_nacked_out_of_order`"+` (batches nacked because they reached the output ahead
+of their partition's run) and `+"`kafka_eos_k2k_rebalance`"+` (label `+"`event`"+`: dropped_batch, a
+batch of a partition this member gave up acknowledged unwritten; revoked_epoch, an epoch
+aborted because it held one; restamped, offsets sent again under a newer generation;
+revoke_wait_timeout, a revoke that went on before the epochs holding its partitions
+finished).
 `).
 		Fields(kafkaconf.Fields()...).
 		Fields(

@@ -1,0 +1,145 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/input"
+)
+
+// fakeGroup is the input's group state as a test sets it: which partitions
+// the member owns (under which assignment id), and the generation and member
+// id to commit with. With stale set, the answers carry the previous
+// generation for that long after the first one: the member learns of a
+// rebalance that kept its partitions a moment after the coordinator moved on.
+type fakeGroup struct {
+	mu     sync.Mutex
+	owned  map[int32]uint64
+	gen    int32
+	member string
+	stale  time.Duration
+	first  time.Time
+}
+
+func (f *fakeGroup) Assignment(_ string, p int32) (uint64, int32, string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.first.IsZero() {
+		f.first = time.Now()
+	}
+	id, ok := f.owned[p]
+	if !ok {
+		return 0, -1, "", false
+	}
+	if time.Since(f.first) < f.stale {
+		return id, f.gen - 1, f.member, true
+	}
+	return id, f.gen, f.member, true
+}
+
+func (f *fakeGroup) revoke(p int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.owned, p)
+}
+
+// memberSpan is the span [from, to) of partition p of the input topic read
+// under assignment id.
+func memberSpan(p int32, from, to int64, id uint64) input.Span {
+	return input.Span{Topic: k2kIn, Partition: p, From: from, To: to, Generation: 1, MemberID: "m", Assignment: id}
+}
+
+// TestK2KMemberRevokedPartitions: with group_membership, a batch read under
+// an assignment the member no longer holds is acknowledged without being
+// written, and an epoch holding a batch of a partition revoked before its
+// commit aborts (its batch nacked; replayed, it is dropped).
+func TestK2KMemberRevokedPartitions(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	o := k2kOutput(t, newResources(), brokers, "k2k-member-revoked")
+	fg := &fakeGroup{owned: map[int32]uint64{0: 2, 1: 1}, gen: 3, member: "m"}
+	o.Member(fg)
+	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 0, 1: 0}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// Partition 0 was revoked and assigned again (assignment 2): a batch
+	// read under assignment 1 is dropped.
+	old := batchOf("old", 3)
+	input.WithSpan(old, memberSpan(0, 0, 10, 1))
+	if err := o.WriteBatch(ctx, old); err != nil {
+		t.Fatalf("stale batch: %v, want it dropped (acknowledged)", err)
+	}
+	if got := o.m.tally.get(metricK2KRebalance + "/" + k2kDroppedBatch); got != 1 {
+		t.Fatalf("dropped %d batches, want 1", got)
+	}
+
+	// Partition 1 is revoked after its batch joined an epoch, before the
+	// epoch's commit: the epoch aborts.
+	o.hooks = &testHooks{beforeCommit: func(uint64) { fg.revoke(1) }}
+	b := batchOf("b", 3)
+	input.WithSpan(b, memberSpan(1, 0, 10, 1))
+	if err := o.WriteBatch(ctx, b); !errors.Is(err, errRevoked) {
+		t.Fatalf("batch of a partition revoked before its commit: %v, want %v", err, errRevoked)
+	}
+	o.hooks = nil
+	// Benthos replays it: dropped now.
+	if err := o.WriteBatch(ctx, b); err != nil {
+		t.Fatalf("replayed batch of a revoked partition: %v, want it dropped", err)
+	}
+	if got := readCommitted(t, brokers, testTopic); len(got) != 0 {
+		t.Fatalf("records of given-up partitions written: %v", got)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); len(got) != 0 {
+		t.Fatalf("offsets committed for given-up partitions: %v", got)
+	}
+}
+
+// restampAfterRebalance: the offsets of an epoch were planned under a
+// generation that a rebalance moved on (the member kept the partition): the
+// coordinator answers ILLEGAL_GENERATION, and the output commits them under
+// the current generation instead of aborting the epoch. The member is a real
+// one (a franz-go consumer in the group), so the coordinator checks it.
+func restampAfterRebalance(t *testing.T, e k2kTopics, txnID string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumerGroup(e.grp), kgo.ConsumeTopics(e.in), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var (
+		mem string
+		gen int32 = -1
+	)
+	wait(t, 30*time.Second, "a member of the group", func() bool {
+		pctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		cl.PollFetches(pctx)
+		cancel()
+		mem, gen = cl.GroupMetadata()
+		return gen >= 1 && mem != ""
+	})
+	o := newTestOutput(t, newResources(), yamlFor(e.brokers, e.out, txnID, "consumer_group: "+e.grp))
+	fg := &fakeGroup{owned: map[int32]uint64{0: 1}, gen: gen, member: mem, stale: 500 * time.Millisecond}
+	o.Member(fg)
+	o.StartAt(map[string]map[int32]int64{e.in: {0: 0}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := batchOf("r", 3)
+	input.WithSpan(b, input.Span{Topic: e.in, Partition: 0, From: 0, To: 10, Generation: gen - 1, MemberID: mem, Assignment: 1})
+	if err := o.WriteBatch(ctx, b); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if got := o.m.tally.get(metricK2KRebalance + "/" + k2kRestamped); got != 1 {
+		t.Fatalf("restamped %d times, want 1 (the first TxnOffsetCommit, under generation %d, should have been rejected)", got, gen-1)
+	}
+	if got := groupOffsets(t, e.brokers, e.grp, e.in); got[0] != 10 {
+		t.Fatalf("committed %v, want 0:10", got)
+	}
+	if got := readCommitted(t, e.brokers, e.out); len(got) != 3 {
+		t.Fatalf("output %v, want 3 records", got)
+	}
+}
