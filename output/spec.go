@@ -317,7 +317,7 @@ finished).
 				Default(defaultMaxBufferedBytes).
 				Advanced(),
 			service.NewIntField(keoFieldMaxInFlight).
-				Description("The maximum number of batches in flight across epochs; when that many wait, the open epoch closes. A batch is held until its epoch commits, so this caps both the size of an epoch and the memory of the output: about `max_in_flight` x the bytes of a batch (plus a few hundred bytes per record). With small batches (Benthos inputs that emit one message per batch) raise it or set `batching`, or epochs stay tiny. Default 64 (measured in docs/benchmarks.md: 256 gained 0 to 25 % at 100 B records and nothing at 1 KiB, for twice the memory).").
+				Description("The maximum number of batches in flight across epochs; when that many wait, the open epoch closes. A batch is held until its epoch commits, so this caps both the size of an epoch and the memory of the output: about `max_in_flight` x the bytes of a batch (plus a few hundred bytes per record). With small batches (Benthos inputs that emit one message per batch) raise it or set `batching`, or epochs stay tiny. Default 64 (measured in docs/benchmarks.md: 256 gained 0 to 27 % at 100 B records and nothing at 1 KiB, for twice the memory).").
 				Default(defaultMaxInFlight),
 			service.NewStringEnumField(keoFieldRecoveryOverride, keoOverrideNone, keoOverrideForceCommitted, keoOverrideForceAborted).
 				Description("For operators only: how to decide an in-doubt epoch that neither the broker's transaction state nor the Fetch probe identifies (its records were deleted or compacted away). `none` (the default) refuses to start.").

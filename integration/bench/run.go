@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -80,6 +81,7 @@ func run(ctx context.Context, o options) error {
 	}
 	defer os.RemoveAll(tmp)
 
+	loads := startLoadSampler()
 	stamp := time.Now().Format("150405")
 	var produce, consume, copies []*cell
 	for _, size := range o.sizes {
@@ -167,6 +169,9 @@ func run(ctx context.Context, o options) error {
 
 	rep := report{opts: o, produce: produce, consume: consume, copies: copies, saturation: sat, started: started, elapsed: time.Since(started)}
 	rep.machine = describeMachine(ctx, root)
+	if l := loads.stop(); l != "" {
+		rep.machine = append(rep.machine, l)
+	}
 	md := rep.markdown()
 	fmt.Println(md)
 	if o.plot != "" {
@@ -393,4 +398,52 @@ func brokerDown(root, name string) {
 	if err := cmd.Run(); err != nil {
 		logf("down.sh: %v", err)
 	}
+}
+
+// loadSampler reads the 1-minute load average every 10 s during the run: the
+// machine is shared, and the load at the end alone says little about the
+// rounds before it.
+type loadSampler struct {
+	mu   sync.Mutex
+	vals []float64
+	done chan struct{}
+}
+
+func startLoadSampler() *loadSampler {
+	l := &loadSampler{done: make(chan struct{})}
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+				var v float64
+				if _, err := fmt.Sscan(string(b), &v); err == nil {
+					l.mu.Lock()
+					l.vals = append(l.vals, v)
+					l.mu.Unlock()
+				}
+			}
+			select {
+			case <-l.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return l
+}
+
+// stop ends the sampling and describes it ("" without samples).
+func (l *loadSampler) stop() string {
+	close(l.done)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.vals) == 0 {
+		return ""
+	}
+	lo, hi := l.vals[0], l.vals[0]
+	for _, v := range l.vals {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return fmt.Sprintf("1-minute load average during the run (every 10 s, %d samples): min %.1f, median %.1f, max %.1f", len(l.vals), lo, median(l.vals), hi)
 }
