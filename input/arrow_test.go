@@ -25,6 +25,7 @@ func init() {
 		{"ArrowRecordsExact", scenarioArrowRecordsExact},
 		{"ArrowTxnMarkersCutsAndCommits", scenarioArrowTxnCuts},
 		{"ArrowTombstonesDrop", scenarioArrowTombstonesDrop},
+		{"ArrowStopInsideABatch", scenarioArrowStopInsideBatch},
 	}...)
 }
 
@@ -197,6 +198,33 @@ func scenarioArrowTombstonesDrop(t *testing.T, e *env) {
 	assert.Equal(t, []string{"a", "", "b"}, vs)
 	assert.Zero(t, nulls, "the empty value stays a non-null row")
 	assert.Equal(t, int64(5), e.committed(t, group, topic, 0))
+}
+
+// scenarioArrowStopInsideBatch: a stop inside a record batch (kgo returns
+// whole batches) cuts the Arrow message at the stop; the rows beyond it are
+// never emitted and the stop is committed.
+func scenarioArrowStopInsideBatch(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 10)...) // one record batch, offsets 0-9
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %[1]s ]
+consumer_group: %[2]s
+stop_offset: specific
+stop_offsets: { "%[1]s:0": 4 }
+format: arrow
+`, topic, group))
+	h.mustConnect()
+	ms := h.readArrow(readTimeout)
+	var vs []string
+	for _, r := range rowsOf(ms) {
+		vs = append(vs, string(r.Value))
+	}
+	assert.Equal(t, strs(vals("a", 4)), vs)
+	require.Len(t, ms, 1)
+	assert.Equal(t, int64(3), ms[0].last)
+	assert.Equal(t, int64(4), ms[0].span.To, "the span ends at the stop")
+	assert.Equal(t, int64(4), e.committed(t, group, topic, 0))
 }
 
 func TestArrowFormatLint(t *testing.T) {
