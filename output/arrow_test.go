@@ -159,6 +159,8 @@ func TestArrowBadMessagesFailAlone(t *testing.T) {
 		{"arrow", service.NewMessage([]byte(`{"not":"arrow"}`)), "continuation token"},
 		{"arrow", service.NewMessage(nil), "truncated"},
 	} {
+		tc.bad.MetaSetMut("kafka_topic", "src")
+		tc.bad.MetaSetMut("kafka_first_offset", int64(42))
 		t.Run(tc.format+"/"+tc.want, func(t *testing.T) {
 			o := newTestOutput(t, newResources(), fmt.Sprintf(`
 seed_brokers: [ %s ]
@@ -172,6 +174,9 @@ state_cache: state
 			var be *service.BatchError
 			if !errors.As(err, &be) || be.IndexedErrors() != 1 || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Arrow IPC message") {
 				t.Fatalf("%v, want a BatchError for message 1 naming the Arrow message (%s)", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "message 1 of the batch (kafka_topic=src kafka_first_offset=42)") {
+				t.Fatalf("%v: the message is not named", err)
 			}
 			failed := -1
 			be.WalkMessages(func(i int, _ *service.Message, err error) bool {

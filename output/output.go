@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -641,7 +642,7 @@ func (o *output) toRecords(batch service.MessageBatch) (batchRecords, error) {
 			n := len(recs)
 			recs, err = o.arrowRecords(recs, &out, topic, body)
 			if err != nil {
-				fail(i, err)
+				fail(i, fmt.Errorf("message %d of the batch%s: %w", i, arrowOrigin(msg), err))
 				recs = recs[:n]
 				continue
 			}
@@ -702,6 +703,21 @@ func (o *output) toRecords(batch service.MessageBatch) (batchRecords, error) {
 	}
 	out.recs = recs
 	return out, nil
+}
+
+// arrowOrigin names where an Arrow message came from, from the metadata
+// kafka_native (format: arrow) sets, for error messages; "" without it.
+func arrowOrigin(msg *service.Message) string {
+	var parts []string
+	for _, k := range []string{"kafka_topic", "kafka_partition", "kafka_first_offset", "kafka_last_offset"} {
+		if v, ok := msg.MetaGetMut(k); ok {
+			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, " ") + ")"
 }
 
 // isArrow says whether a message body is written as the rows of an Arrow
