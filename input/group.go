@@ -65,13 +65,15 @@ type groupMember struct {
 // Assignment implements GroupState.
 func (g *groupMember) Assignment(topic string, partition int32) (uint64, int32, string, bool) {
 	id, ok := g.tr.assignmentOf(tp{topic, partition})
-	cl := g.cl.Load()
-	if !ok || cl == nil {
+	if !ok {
 		return 0, -1, "", false
 	}
-	member, gen := cl.GroupMetadata()
-	if gen < 0 || member == "" {
-		return 0, -1, "", false // not in the group (rejoining)
+	member, gen := "", int32(-1)
+	if cl := g.cl.Load(); cl != nil {
+		member, gen = cl.GroupMetadata()
+	}
+	if member == "" {
+		gen = -1 // rejoining (kgo reset the member id)
 	}
 	return id, gen, member, true
 }
@@ -182,7 +184,13 @@ func (g *groupMember) revoked(ctx context.Context, _ *kgo.Client, revoked map[st
 // member (after they were removed from the tracker, so acks of their batches
 // are ignored from now on) and waits up to revoke_ack_timeout for it.
 func (g *groupMember) takeoverRevoked(ctx context.Context, parts map[string][]int32) {
-	rctx, cancel := context.WithTimeout(ctx, g.cfg.revokeTimeout)
+	d := g.cfg.revokeTimeout
+	if g.closing.Load() {
+		// Leaving on Close, which returns within about a second: the
+		// next owner's stable offset fetch waits for what is pending.
+		d = min(d, closeTimeout)
+	}
+	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	handOverRevoked(rctx, g.res, g.cfg.group, parts)
 }

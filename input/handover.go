@@ -128,7 +128,10 @@ type GroupState interface {
 	// Assignment returns the id of the member's current assignment of the
 	// partition (what Span.Assignment carries for batches read under it)
 	// and the group generation and member id to commit its offsets with
-	// now; ok is false if the member does not own the partition.
+	// now; ok is false if the member does not own the partition (then an
+	// acknowledgement of its batches is ignored by the input). While the
+	// member is rejoining the group, ok may be true with generation -1
+	// and no member id: its offsets cannot be committed until it rejoined.
 	Assignment(topic string, partition int32) (id uint64, generation int32, memberID string, ok bool)
 }
 

@@ -160,7 +160,7 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Description("Join `consumer_group` as a member, so that several processes with the same group share the partitions of `topics` (the group balances them). Only for unbounded reads (`stop_offset: none`) starting at `start_offset: committed` from whole topics. On a revoke the input waits up to `revoke_ack_timeout` for the batches of the revoked partitions to be acknowledged, commits synchronously and lets them go; acknowledgements that arrive later are ignored (the new owner reads those records again: at-least-once, or exactly-once with a `kafka_eos` output committing this group's offsets, which then finishes the epochs holding the revoked partitions' records before the rebalance goes on and drops their later batches). A lost partition (session expired) commits nothing. Default false: partitions are assigned directly and the group is only an offset store.").
 				Default(false),
 			service.NewDurationField(knFieldRevokeTimeout).
-				Description("With `group_membership`, how long a revoke waits for the batches of the revoked partitions to be acknowledged before committing what was. Keep it below the group's rebalance timeout. Default 10s.").
+				Description("With `group_membership`, how long a revoke waits for the batches of the revoked partitions to be acknowledged before committing what was, and then (with a `kafka_eos` output committing this group's offsets) how long it waits for that output's epochs holding their records to finish. Keep it below the group's rebalance timeout. Default 10s.").
 				Default("10s").
 				Advanced(),
 			service.NewStringEnumField(knFieldIsolationLevel, isolationReadCommitted, isolationReadUncommitted).

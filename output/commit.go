@@ -161,7 +161,11 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		spans = ep.spans()
 		var err error
 		if offs, err = o.k2k.plan(spans, o.log); err != nil {
-			o.m.k2kRebalanceEvent(k2kRevokedEpoch)
+			if errors.Is(err, errRejoining) {
+				o.m.k2kRebalanceEvent(k2kRejoiningEpoch)
+			} else {
+				o.m.k2kRebalanceEvent(k2kRevokedEpoch)
+			}
 			o.abortEpoch(ctx, ep, err, false)
 			return
 		}

@@ -84,6 +84,11 @@ type plannedOffset struct {
 // that is not ours.
 var errRevoked = errors.New("kafka_eos: the epoch holds records of a partition this group member no longer owns (revoked or lost)")
 
+// errRejoining is the cause of an epoch aborted because it holds records of
+// a partition whose offsets cannot be stamped now: the group member is
+// rejoining its group (no member id). Its batches are replayed.
+var errRejoining = errors.New("kafka_eos: the group member is rejoining its group; the epoch's offsets cannot be committed now")
+
 // currentLocked reports whether span s was read under the member's current
 // assignment of its partition (always true without group_membership).
 func (k *k2k) currentLocked(s input.Span) bool {
@@ -202,6 +207,16 @@ func (k *k2k) plan(spans []input.Span, log *service.Logger) ([]plannedOffset, er
 			if !owned {
 				continue
 			}
+			if gen < 0 || mem == "" {
+				// The member is rejoining: nothing can be stamped.
+				// A partition with records in this epoch aborts it
+				// (replayed later, never records without offsets);
+				// one only handed over waits for a later epoch.
+				if _, ok := stamp[tp]; ok {
+					return nil, fmt.Errorf("%w: %s/%d", errRejoining, tp.topic, tp.partition)
+				}
+				continue
+			}
 			st, assignment = gm{gen, mem}, id
 		}
 		out = append(out, plannedOffset{SourceOffset: txnstate.SourceOffset{Topic: tp.topic, Partition: tp.partition, Offset: off}, generation: st.gen, memberID: st.mem, assignment: assignment})
@@ -233,6 +248,9 @@ func (k *k2k) restamp(offs []plannedOffset) ([]plannedOffset, bool) {
 		id, gen, mem, owned := k.member.Assignment(po.Topic, po.Partition)
 		if !owned || id != po.assignment {
 			return nil, false
+		}
+		if gen < 0 || mem == "" {
+			return out, false // rejoining: ask again
 		}
 		if gen != po.generation || mem != po.memberID {
 			moved = true

@@ -25,8 +25,8 @@ const (
 	// output ahead of their partition's run (Kafka-to-Kafka).
 	metricK2KOutOfOrder = "kafka_eos_k2k_nacked_out_of_order"
 	// metricK2KRebalance counts what group_membership rebalances made the
-	// output do (label event: dropped_batch, revoked_epoch, restamped,
-	// revoke_wait_timeout).
+	// output do (label event: dropped_batch, revoked_epoch,
+	// rejoining_epoch, restamped, revoke_wait_timeout).
 	metricK2KRebalance     = "kafka_eos_k2k_rebalance"
 	metricLabelEvent       = "event"
 	metricLabelOutcome     = "outcome"
@@ -143,6 +143,7 @@ func (m *metrics) k2kOutOfOrder() {
 const (
 	k2kDroppedBatch      = "dropped_batch"
 	k2kRevokedEpoch      = "revoked_epoch"
+	k2kRejoiningEpoch    = "rejoining_epoch"
 	k2kRestamped         = "restamped"
 	k2kRevokeWaitTimeout = "revoke_wait_timeout"
 )

@@ -257,7 +257,8 @@ they arrived before the replay of an aborted epoch's positions); in Kafka-to-Kaf
 `+"`kafka_eos_k2k_nacked_out_of_order`"+` (batches nacked because they reached the output ahead
 of their partition's run) and `+"`kafka_eos_k2k_rebalance`"+` (label `+"`event`"+`: dropped_batch, a
 batch of a partition this member gave up acknowledged unwritten; revoked_epoch, an epoch
-aborted because it held one; restamped, offsets sent again under a newer generation;
+aborted because it held one; rejoining_epoch, an epoch aborted because the member was
+rejoining its group when it was to commit its offsets; restamped, offsets sent again under a newer generation;
 revoke_wait_timeout, a revoke that went on before the epochs holding its partitions
 finished).
 `).
