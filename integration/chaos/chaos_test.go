@@ -607,7 +607,15 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 				lastMove, lastDistinct = time.Now(), d
 			}
 			if time.Since(lastMove) > 2*time.Minute {
-				t.Fatalf("no progress for 2 minutes at %d of %d records (logs in %s)", d, k.records, logDir)
+				// Go prints every goroutine's stack on SIGQUIT: the
+				// process logs then show where a stuck copier waits.
+				for _, cp := range cur {
+					if !cp.exited() {
+						_ = cp.signal(syscall.SIGQUIT)
+					}
+				}
+				time.Sleep(2 * time.Second)
+				t.Fatalf("no progress for 2 minutes at %d of %d records (goroutine dumps of the live processes, SIGQUIT, in the logs in %s)", d, k.records, logDir)
 			}
 			if ctx.Err() != nil {
 				t.Fatalf("run timed out (CHAOS_TIMEOUT %v) at %d of %d records", k.timeout, d, k.records)
