@@ -207,6 +207,9 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 		if c.maxInFlight != 1 {
 			return nil, fieldErr(keoFieldDedupe, fmt.Errorf("dedupe mode needs max_in_flight: 1 (batches in flight together reach the output in any order), got %d", c.maxInFlight))
 		}
+		if c.inputFormat == keoInputFormatArrow {
+			return nil, fieldErr(keoFieldDedupe, errors.New("not with input_format arrow: an Arrow message is a whole source batch whose boundaries can differ on a replay, and dedupe keeps or drops whole messages"))
+		}
 		dd := conf.Namespace(keoFieldDedupe)
 		d := &dedupeConf{}
 		if d.key, err = dd.FieldInterpolatedString(keoFieldDedupeKey); err != nil {

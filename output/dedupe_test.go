@@ -280,6 +280,7 @@ func TestDedupeLint(t *testing.T) {
 	for _, tc := range []struct{ name, extra, want string }{
 		{"with consumer_group", "max_in_flight: 1\nconsumer_group: g\ndedupe: { key: a, position: '1' }\n", "mutually exclusive"},
 		{"max_in_flight default", "dedupe: { key: a, position: '1' }\n", "max_in_flight: 1"},
+		{"arrow messages", "max_in_flight: 1\ninput_format: arrow\ndedupe: { key: a, position: '1' }\n", "input_format arrow"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sb := service.NewStreamBuilder()

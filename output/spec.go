@@ -106,6 +106,9 @@ root = [
   if this.dedupe != null && (this.consumer_group | "") != "" {
     "field dedupe: dedupe mode and consumer_group (Kafka-to-Kafka mode) are mutually exclusive"
   },
+  if this.dedupe != null && $format == "arrow" {
+    "field dedupe: not with input_format arrow: an Arrow message is a whole source batch whose boundaries can differ on a replay, and dedupe keeps or drops whole messages"
+  },
   if this.dedupe != null && (this.state_cache | "") == "" {
     "field dedupe: dedupe mode needs state_cache (the committed positions live there)"
   },
@@ -200,7 +203,10 @@ retry list, possibly after batches already read) is nacked so that it is replaye
 after them. At start an in-doubt epoch still open is resumed (committed) and its
 positions applied. Positions must increase strictly per key in the order messages
 reach the output: one pipeline thread, `+"`max_in_flight: 1`"+` (checked), and no
-processor that reorders a key's messages.
+processor that reorders a key's messages. Dedupe keeps or drops whole messages, so
+it does not go with Arrow messages (a whole source batch each, whose boundaries can
+differ on a replay): `+"`input_format: arrow`"+` is rejected, and under `+"`auto`"+` the
+input must not send them.
 
 ### Arrow messages
 
