@@ -279,6 +279,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		o.mu.Lock()
 		o.dd.Commit(rec.Positions)
 		o.mu.Unlock()
+		o.log.Debugf("kafka_eos: dedupe: epoch %d committed positions %v", ep.n, rec.Positions)
 	}
 	if o.hook(stepEnded, ep) {
 		return

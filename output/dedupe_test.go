@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -298,4 +299,106 @@ func TestDedupeLint(t *testing.T) {
 	if err := sb.AddOutputYAML("kafka_eos:\n  seed_brokers: [ localhost:9092 ]\n  topic: out\n  transactional_id: app\n  state_cache: state\n  max_in_flight: 1\n  dedupe: { key: a, position: '1' }\n"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A replaying input as Benthos drives it, simulated: batches are read ahead
+// (two wait in the pipeline while the output writes one), a nacked batch goes
+// to a retry list that is served before new reads, and a restart reads from
+// the beginning again. Some first deliveries fail (a record for a missing
+// topic aborts the epoch), so aborted positions are owed while later batches
+// arrive first; the output must end with every (key, position) exactly once.
+func TestDedupeReplaySimulation(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { testDedupeReplaySimulation(t, seed) })
+	}
+}
+
+func testDedupeReplaySimulation(t *testing.T, seed uint64) {
+	c := newCluster(t)
+	res := newResources()
+	yaml := baseYAML(c.ListenAddrs(), "app", dedupeExtra)
+	const perKey, batchSize = 120, 10
+	type src struct {
+		key  string
+		from int64
+	}
+	var all []src // in input order: keys interleaved
+	for from := int64(0); from < perKey; from += batchSize {
+		for _, k := range []string{"a", "b"} {
+			all = append(all, src{k, from})
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 11))
+	failFirst := map[int]bool{} // batch index -> its first delivery fails
+	for len(failFirst) < 5 {
+		failFirst[rng.IntN(len(all))] = true
+	}
+	restartAt := map[int]bool{} // write number -> restart there
+	for len(restartAt) < 3 {
+		restartAt[1+rng.IntN(40)] = true
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	newOut := func() *output {
+		o := newTestOutput(t, res, yaml)
+		o.conf.topic = mustInterp(t, `${! meta("topic").or("out") }`)
+		return o
+	}
+	o := newOut()
+	type item struct{ idx int }
+	var (
+		next     int    // next batch the input reads
+		retry    []item // nacked, served first
+		pipeline []item // read ahead, in order
+		steps    int
+		nacks    int
+		failed   = map[int]bool{}
+	)
+	shift := func() {
+		if len(retry) > 0 {
+			pipeline = append(pipeline, retry[0])
+			retry = retry[1:]
+		} else if next < len(all) {
+			pipeline = append(pipeline, item{next})
+			next++
+		}
+	}
+	for range 3 {
+		shift()
+	}
+	for len(pipeline) > 0 {
+		steps++
+		if steps > 2000 {
+			t.Fatal("no end after 2000 writes")
+		}
+		if restartAt[steps] {
+			_ = o.Close(ctx)
+			o = newOut()
+			next, retry, pipeline = 0, nil, nil
+			for range 3 {
+				shift()
+			}
+			continue
+		}
+		it := pipeline[0]
+		pipeline = pipeline[1:]
+		b := posBatch(all[it.idx].key, all[it.idx].from, all[it.idx].from+batchSize-1)
+		if failFirst[it.idx] && !failed[it.idx] {
+			failed[it.idx] = true
+			b[len(b)/2].MetaSetMut("topic", "missing")
+		}
+		if err := o.WriteBatch(ctx, b); err != nil {
+			nacks++
+			retry = append(retry, it)
+		}
+		shift()
+	}
+	got := counts(t, c.ListenAddrs())
+	wantExactly(t, got, "a", 0, perKey-1)
+	wantExactly(t, got, "b", 0, perKey-1)
+	if len(got) != 2*perKey {
+		t.Fatalf("visible %d values, want %d", len(got), 2*perKey)
+	}
+	t.Logf("%d writes, %d nacked, %d failing first deliveries", steps, nacks, len(failed))
 }

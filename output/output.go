@@ -267,6 +267,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		if allTrue(drop) {
 			o.mu.Unlock()
 			o.m.dedupeDropped(len(drop))
+			o.log.Debugf("kafka_eos: dedupe: a batch of %d replays dropped (key %q positions %d..%d)", len(drop), kps[0].Key, kps[0].Position, kps[len(kps)-1].Position)
 			return nil
 		}
 	}
@@ -308,6 +309,10 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		ref.kps = kps[:kept]
 		if dropped > 0 {
 			o.m.dedupeDropped(dropped)
+			o.log.Debugf("kafka_eos: dedupe: %d of %d messages dropped as replays, epoch %d", dropped, len(drop), ep.n)
+		}
+		if kept > 0 {
+			o.log.Debugf("kafka_eos: dedupe: epoch %d takes key %q positions %d..%d (%d messages)", ep.n, ref.kps[0].Key, ref.kps[0].Position, ref.kps[kept-1].Position, kept)
 		}
 		// A dropped message's records (several for an Arrow message)
 		// are not produced.
@@ -537,6 +542,7 @@ func (o *output) poisonAfter(n uint64, cause error) {
 			}
 		}
 		o.dd.Abort(kps, time.Now())
+		o.log.Debugf("kafka_eos: dedupe: epochs from %d abort: %d positions owed until replayed, admitted positions back to the committed ones", n, o.dd.Owed())
 	}
 	for _, ep := range o.live {
 		if ep.n > n && ep.cause == nil {
