@@ -382,8 +382,31 @@ func (o *output) verifyCommit(ctx context.Context, s *slot, rec txnstate.Record)
 	dctx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
 	defer cancel()
 	obs, derr := o.describe(dctx, s.id)
-	if derr != nil || !obs.Found || obs.ProducerID != rec.ProducerID {
-		return nil // nothing better to go on than franz-go's answer
+	for backoff := 50 * time.Millisecond; derr != nil && dctx.Err() == nil; backoff = min(2*backoff, time.Second) {
+		// Right after a broker restart the coordinator may still be
+		// loading its state.
+		select {
+		case <-time.After(backoff):
+		case <-dctx.Done():
+		}
+		obs, derr = o.describe(dctx, s.id)
+	}
+	if derr != nil || !obs.Found {
+		// Nothing confirms the commit, and franz-go's nil is not enough:
+		// its EndTransaction sends no EndTxn at all when it believes no
+		// partition joined the transaction (under TV0 it then returns
+		// nil), and an epoch acked on that answer would lose its records
+		// to the next InitProducerID. The in-doubt path confirms it (a
+		// raw EndTxn(commit) with the same producer id and epoch, then
+		// DescribeTransactions) or stops.
+		o.m.tally.add("commit_unverified", 1)
+		if derr == nil {
+			derr = errors.New("transactional id not found")
+		}
+		return fmt.Errorf("%w: DescribeTransactions could not confirm it: %v", errCommitNotApplied, derr)
+	}
+	if obs.ProducerID != rec.ProducerID {
+		return nil // another producer took the id: the next request is fenced
 	}
 	switch {
 	case obs.State == txnstate.BrokerOngoing && obs.ProducerEpoch == rec.ProducerEpoch:
