@@ -893,7 +893,9 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		t.Errorf("%d output records hold values that were never produced", extra)
 	}
 	if missing > 0 {
-		t.Errorf("LOSS: %d of %d input records are missing from the output, e.g. values %v (input partitions %v)", missing, n, missingEx, partsOf(inPart, missingEx))
+		t.Errorf("LOSS: %d of %d input records are missing from the output, e.g. values %v (input partitions %v); every one in %s",
+			missing, n, missingEx, partsOf(inPart, missingEx), filepath.Join(logDir, "missing.txt"))
+		writeMissing(filepath.Join(logDir, "missing.txt"), seen, input)
 	}
 	if mode != "plain" && dups > 0 {
 		perPart := map[int32]int{}
@@ -1092,6 +1094,21 @@ func writeDuplicates(path string, out map[int32][]record, seen []int, input map[
 			fmt.Fprintf(&b, "%d/%d", c.p, c.o)
 		}
 		b.WriteString("\n")
+	}
+	_ = os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeMissing writes, for every input value missing from the output, its
+// input partition and offset (the dedupe position of the message).
+func writeMissing(path string, seen []int, input map[int32][]int) {
+	var b strings.Builder
+	b.WriteString("value\tinput partition/offset\n")
+	for p := int32(0); p < int32(len(input)); p++ {
+		for o, v := range input[p] {
+			if v >= 0 && v < len(seen) && seen[v] == 0 {
+				fmt.Fprintf(&b, "%d\t%d/%d\n", v, p, o)
+			}
+		}
 	}
 	_ = os.WriteFile(path, []byte(b.String()), 0o644)
 }
