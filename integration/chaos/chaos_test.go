@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
 )
@@ -615,6 +617,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 					}
 				}
 				time.Sleep(2 * time.Second)
+				t.Logf("no progress: %s", stallReport(b, c))
 				t.Fatalf("no progress for 2 minutes at %d of %d records (goroutine dumps of the live processes, SIGQUIT, in the logs in %s)", d, k.records, logDir)
 			}
 			if ctx.Err() != nil {
@@ -1111,4 +1114,40 @@ func writeMissing(path string, seen []int, input map[int32][]int) {
 		}
 	}
 	_ = os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// stallReport says what the broker shows when a run stops progressing: the
+// group's lag on the input (are the copiers done?), the output partitions'
+// last stable offset against their high watermark (does an open transaction
+// hold read_committed readers back?), and the open and hanging transactions.
+func stallReport(b *broker, c runCfg) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addr))
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var parts []string
+	lag, err := groupLag(ctx, adm, c.group, c.in)
+	parts = append(parts, fmt.Sprintf("input lag %v (%v)", lag, err))
+	hwm, herr := adm.ListEndOffsets(ctx, c.out)
+	lso, lerr := adm.ListCommittedOffsets(ctx, c.out)
+	if herr == nil && lerr == nil {
+		var ends []string
+		hwm.Each(func(o kadm.ListedOffset) {
+			l, _ := lso.Lookup(o.Topic, o.Partition)
+			ends = append(ends, fmt.Sprintf("%d: lso %d hwm %d", o.Partition, l.Offset, o.Offset))
+		})
+		sort.Strings(ends)
+		parts = append(parts, "output "+strings.Join(ends, ", "))
+	} else {
+		parts = append(parts, fmt.Sprintf("output offsets: %v %v", herr, lerr))
+	}
+	open, err := openTransactions(ctx, adm)
+	parts = append(parts, fmt.Sprintf("open transactions %v (%v)", open, err))
+	hanging, err := hangingTransactions(ctx, b.addr)
+	parts = append(parts, fmt.Sprintf("hanging %v (%v)", hanging, err))
+	return strings.Join(parts, "; ")
 }
