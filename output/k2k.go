@@ -118,9 +118,31 @@ func (k *k2k) staleSpans(spans []input.Span) int {
 func (k *k2k) plan(spans []input.Span, log *service.Logger) ([]plannedOffset, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, s := range spans {
-		if !k.currentLocked(s) {
-			return nil, fmt.Errorf("%w: %s/%d [%d, %d)", errRevoked, s.Topic, s.Partition, s.From, s.To)
+	// The member's state is read once per partition: the input changes it
+	// concurrently, and the check of the epoch's spans and the stamping of
+	// their offsets must see the same answer (a partition found owned for
+	// its spans and not owned for its offsets would commit records
+	// without offsets).
+	type ownership struct {
+		id    uint64
+		gen   int32
+		mem   string
+		owned bool
+	}
+	owners := map[topicPartition]ownership{}
+	ownerOf := func(tp topicPartition) ownership {
+		o, ok := owners[tp]
+		if !ok {
+			o.id, o.gen, o.mem, o.owned = k.member.Assignment(tp.topic, tp.partition)
+			owners[tp] = o
+		}
+		return o
+	}
+	if k.member != nil {
+		for _, s := range spans {
+			if o := ownerOf(topicPartition{s.Topic, s.Partition}); !o.owned || o.id != s.Assignment {
+				return nil, fmt.Errorf("%w: %s/%d [%d, %d)", errRevoked, s.Topic, s.Partition, s.From, s.To)
+			}
 		}
 	}
 	var r txnstate.Runs
@@ -203,8 +225,9 @@ func (k *k2k) plan(spans []input.Span, log *service.Logger) ([]plannedOffset, er
 			// not committed at all (an unstamped commit would bypass
 			// the coordinator's fencing and could move the offset
 			// behind the new owner).
-			id, gen, mem, owned := k.member.Assignment(tp.topic, tp.partition)
-			if !owned {
+			o := ownerOf(tp)
+			id, gen, mem := o.id, o.gen, o.mem
+			if !o.owned {
 				continue
 			}
 			if gen < 0 || mem == "" {
