@@ -419,6 +419,10 @@ func (o *output) dropStaleLocked(spans []input.Span) (bool, error) {
 // replay while its successor, read earlier, already sits in WriteBatch.
 const admitWait = 5 * time.Second
 
+// admitWaitFull is the wait instead of admitWait when every other batch
+// Benthos may have in flight (max_in_flight) already waits.
+const admitWaitFull = time.Second
+
 // ErrOutOfOrder is wrapped by the error of a batch that waited admitWait for
 // the batch before it in its partition: it is nacked, not written, so that
 // Benthos replays it after its predecessor (its retry queue is in nack
@@ -435,26 +439,37 @@ var ErrOutOfOrder = errors.New("kafka_eos: batch ahead of its partition's commit
 // and logged). Called with o.mu held, after joinLocked; it returns the epoch
 // to join (the open one may have changed while it waited).
 func (o *output) admitLocked(ctx context.Context, spans []input.Span, ep *epoch) (*epoch, error) {
-	var deadline <-chan time.Time
+	var (
+		deadline <-chan time.Time
+		waited   time.Duration
+	)
 	for {
 		ok, ch := o.k2k.admissible(spans, false)
 		if ok {
 			return ep, nil
 		}
 		if deadline == nil {
+			wait := admitWait
 			if o.conf.maxInFlight > 1 && o.admitWaiting+1 >= o.conf.maxInFlight {
 				// Every other WriteBatch Benthos may run at once
-				// already waits: the predecessor could only reach
-				// us after admitWait (seen on a loaded machine with
-				// two pipeline threads: bursts of 5s stalls). Nack
-				// at once instead. (With max_in_flight 1 the wait is
-				// for a hand-over of a range filtered out upstream.)
-				o.m.k2kOutOfOrder()
-				return nil, fmt.Errorf("%w: the batch before it has not arrived and %d of max_in_flight %d batches already wait, nacked to be replayed after it", ErrOutOfOrder, o.admitWaiting, o.conf.maxInFlight)
+				// already waits: the predecessor may be queued
+				// behind us (seen on a loaded machine with two
+				// pipeline threads: bursts of admitWait stalls).
+				// Wait admitWaitFull only: what these waits need
+				// most of the time (a hand-over of a range filtered
+				// out upstream, a predecessor in another slot)
+				// arrives well within it. Not nacked at once: every
+				// nack is a replay by Benthos' retry list, which
+				// after a batch's second replay sleeps a growing
+				// backoff with its lock held (acks included), and a
+				// storm of immediate nacks stalled a filtered copy
+				// for minutes.
+				wait = admitWaitFull
 			}
+			waited = wait
 			o.admitWaiting++
 			defer func() { o.admitWaiting-- }() // o.mu is held at every return
-			t := time.NewTimer(admitWait)
+			t := time.NewTimer(wait)
 			defer t.Stop()
 			deadline = t.C
 		}
@@ -479,8 +494,8 @@ func (o *output) admitLocked(ctx context.Context, spans []input.Span, ep *epoch)
 				return ep, nil
 			}
 			o.m.k2kOutOfOrder()
-			o.log.Warnf("kafka_eos: group %s: a batch waited %v for the batch before it; nacked so that it is replayed after it", o.k2k.group, admitWait)
-			return nil, fmt.Errorf("%w: waited %v for the batch before it, nacked to be replayed after it", ErrOutOfOrder, admitWait)
+			o.log.Warnf("kafka_eos: group %s: a batch waited %v for the batch before it; nacked so that it is replayed after it", o.k2k.group, waited)
+			return nil, fmt.Errorf("%w: waited %v for the batch before it, nacked to be replayed after it", ErrOutOfOrder, waited)
 		}
 	}
 }
