@@ -313,18 +313,21 @@ func (c runCfg) config(dir string, i int) (string, error) {
 	if c.processes > 1 && !c.unbounded() {
 		topics = fmt.Sprintf("'%s:%d'", c.in, i)
 	}
+	// CHAOS_LOG_LEVEL (default info): debug keeps the output's dedupe
+	// decisions (positions taken, dropped, committed, owed) in the logs.
+	level := cmp.Or(os.Getenv("CHAOS_LOG_LEVEL"), "info")
 	var b strings.Builder
 	fmt.Fprintf(&b, `http:
   enabled: false
 logger:
-  level: info
+  level: %[3]s
   format: logfmt
 shutdown_timeout: 30s
 input:
   kafka_native:
     seed_brokers: [ %[1]s ]
     topics: [ %[2]s ]
-`, c.brokers, topics)
+`, c.brokers, topics, level)
 	if c.mode == "dedupe" {
 		// A replayable ordered source: no consumer group, every start
 		// reads each partition from its beginning; the output drops what
