@@ -376,6 +376,12 @@ var errCommitNotApplied = errors.New("EndTransaction returned success but the tr
 func (o *output) verifyCommit(ctx context.Context, s *slot, rec txnstate.Record) error {
 	pid, e, err := s.cl.ProducerID(ctx)
 	if err == nil && (pid != rec.ProducerID || e != rec.ProducerEpoch) {
+		// The EndTxn bumped the epoch (TV2). An abort bumps it too
+		// (franz-go turns a commit into an abort under KIP-890 part 2
+		// when it believes no produce succeeded, which an epoch whose
+		// every record was acknowledged does not meet): not told apart
+		// here (kfake shows Empty at the bumped epoch after an abort,
+		// which Decide cannot call aborted).
 		o.setTxnVersion(s, rec, txnstate.TV2)
 		return nil
 	}
@@ -415,6 +421,18 @@ func (o *output) verifyCommit(ctx context.Context, s *slot, rec txnstate.Record)
 		return errCommitNotApplied
 	case (obs.State == txnstate.BrokerCompleteCommit || obs.State == txnstate.BrokerPrepareCommit) && obs.ProducerEpoch == rec.ProducerEpoch:
 		o.setTxnVersion(s, rec, txnstate.TV0)
+	case obs.ProducerEpoch == rec.ProducerEpoch || txnstate.Decide(rec, obs) == txnstate.FoundAborted:
+		// Our producer id and epoch, and the transaction ended without
+		// a commit (CompleteAbort, PrepareAbort) or never began
+		// (Empty), or the coordinator aborted it (a timeout's bumped
+		// epoch): franz-go's nil did not commit it. Acked, the epoch's
+		// positions (dedupe) or source offsets would count as committed
+		// and its records be lost. The in-doubt path establishes it
+		// (raw EndTxn(commit), DescribeTransactions, the probe at the
+		// next start) or aborts it, and its batches are replayed.
+		o.m.tally.add("commit_not_applied", 1)
+		o.log.Warnf("kafka_eos: epoch %d on %q: EndTransaction returned success but the broker shows %v, not a commit of producer id %d epoch %d", rec.Epoch, s.id, obs, rec.ProducerID, rec.ProducerEpoch)
+		return fmt.Errorf("%w: the broker shows %v", errCommitNotApplied, obs)
 	}
 	return nil
 }

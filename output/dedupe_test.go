@@ -12,8 +12,10 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/connect-eos/connect-eos/internal/fatal"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -401,4 +403,88 @@ func testDedupeReplaySimulation(t *testing.T, seed uint64) {
 		t.Fatalf("visible %d values, want %d", len(got), 2*perKey)
 	}
 	t.Logf("%d writes, %d nacked, %d failing first deliveries", steps, nacks, len(failed))
+}
+
+// EndTransaction(commit) returns nil, yet the broker did not commit: the
+// transaction ended aborted at the stored producer id and epoch (here franz-go
+// is made to abort it; in the wild, a nil without an EndTxn over a transaction
+// that ended otherwise). Acking that epoch would make its positions committed
+// and its records lost: the restarted output would drop their replay. The
+// commit check must see the abort and take the in-doubt path (the epoch is
+// then decided aborted, now or at the next start), and the replay is written
+// exactly once. TV0 (the pid and epoch stay; under TV2 the abort's epoch bump
+// is taken for the commit's, see verifyCommit).
+func TestDedupeCommitReportedButAborted(t *testing.T) {
+	for _, tv := range dedupeTVs[1:] {
+		t.Run(tv.name, func(t *testing.T) {
+			var (
+				mu     sync.Mutex
+				raised error
+			)
+			restore := fatal.SetHandler(func(err error) { mu.Lock(); raised = err; mu.Unlock() })
+			defer func() { restore() }()
+			c := newCluster(t, tv.opts...)
+			res := newResources()
+			yaml := baseYAML(c.ListenAddrs(), "app", dedupeExtra)
+			a := newTestOutput(t, res, yaml)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := a.WriteBatch(ctx, posBatch("a", 1, 3)); err != nil {
+				t.Fatal(err)
+			}
+			a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
+				if how == kgo.TryCommit {
+					return cl.EndTransaction(ctx, kgo.TryAbort)
+				}
+				return cl.EndTransaction(ctx, how)
+			}
+			done := make(chan error, 1)
+			go func() { done <- a.WriteBatch(ctx, posBatch("a", 4, 6)) }()
+			var werr error
+			wait(t, 30*time.Second, "the epoch settled (nacked, or an in-doubt stop)", func() bool {
+				select {
+				case werr = <-done:
+					return true
+				default:
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				return raised != nil
+			})
+			if werr == nil {
+				select {
+				case werr = <-done:
+				default:
+				}
+			}
+			mu.Lock()
+			stopped := raised
+			mu.Unlock()
+			if stopped == nil && werr == nil {
+				t.Fatal("an epoch the broker aborted was acknowledged as committed")
+			}
+			cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer ccancel()
+			_ = a.Close(cctx)
+			restore()
+			restore = fatal.SetHandler(nil)
+
+			// The restarted output, the input replaying from the start.
+			b := newTestOutput(t, res, yaml)
+			b.mu.Lock()
+			p, _ := b.dd.CommittedOf("a")
+			b.mu.Unlock()
+			if p != 3 {
+				t.Fatalf("committed position of a after restart %d, want 3 (the aborted epoch's positions are not committed)", p)
+			}
+			if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
+				t.Fatal(err)
+			}
+			got := counts(t, c.ListenAddrs())
+			wantExactly(t, got, "a", 1, 6)
+			if len(got) != 6 {
+				t.Fatalf("visible %v", got)
+			}
+		})
+	}
 }
