@@ -356,8 +356,9 @@ func (o *output) writeRetry(ctx context.Context, n int, r txnstate.Record) bool 
 }
 
 // errCommitNotApplied: EndTransaction(commit) returned nil, yet the broker
-// still shows the transaction open at the stored producer id and epoch.
-var errCommitNotApplied = errors.New("EndTransaction returned success but the transaction is still open")
+// shows the transaction at the stored producer id and epoch still open, ended
+// without a commit, or cannot be asked (verifyCommit).
+var errCommitNotApplied = errors.New("EndTransaction returned success but the broker does not show the transaction committed")
 
 // verifyCommit checks, after franz-go's EndTransaction(commit) returned nil,
 // that the broker did end the transaction, before anything is acked

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
+	"github.com/connect-eos/connect-eos/txnstate"
 )
 
 // dedupeChildYAML: generate replays the same ordered sequence at every start
@@ -195,3 +196,15 @@ func newProgress(t *testing.T, brokers []string, topic string) *progress {
 }
 
 func (p *progress) count() int64 { return p.n.Load() }
+
+// TestDedupeCommitReportedButAborted on Apache Kafka under TV0 (the check
+// reads the broker's state at the stored producer id and epoch; under TV2 the
+// epoch bump is trusted, see verifyCommit).
+func TestKafkaDedupeCommitReportedButAborted(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		if env.tv != txnstate.TV0 {
+			t.Skip("TV0 only")
+		}
+		testDedupeCommitReportedButAborted(t, env.brokers, env.topic, env.txnID)
+	})
+}
