@@ -143,7 +143,10 @@ func TestKafkaCommitAndRecover(t *testing.T) {
 func TestKafkaTimedOutWhileDown(t *testing.T) {
 	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
 		res := newResources()
-		yaml := env.yaml("commit_timeout: 1s\n") + "transaction_timeout: 5s\n"
+		// 15s: the epoch must reach PREPARE before the timeout (minus
+		// the output's margin) even when a loaded machine makes its
+		// flush take seconds; 5s failed under a load average of 30.
+		yaml := env.yaml("commit_timeout: 1s\n") + "transaction_timeout: 15s\n"
 		yaml = strings.Replace(yaml, "transaction_timeout: 30s\n", "", 1)
 		a := newTestOutput(t, res, yaml)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -155,7 +158,7 @@ func TestKafkaTimedOutWhileDown(t *testing.T) {
 		r0, _ := slotRecord(t, a, 1)
 		// Wait for the coordinator to abort it (the broker checks every second).
 		var last txnstate.Observation
-		kafkatest.Wait(t, 30*time.Second, func() bool {
+		kafkatest.Wait(t, 60*time.Second, func() bool {
 			obs, err := a.describe(ctx, r0.TransactionalID)
 			if err != nil {
 				t.Logf("describe: %v", err)

@@ -570,7 +570,7 @@ func killNineCopy(t *testing.T, e k2kTopics, txnID, stateTopic string, opts kill
 	}
 	// Progress is what reached the output: with noHandOver the group's
 	// offsets move only if the epochs carry them.
-	progress := func() int64 { return int64(len(readCommitted(t, e.brokers, e.out))) }
+	progress := func() int64 { return int64(len(readCommittedNow(t, e.brokers, e.out))) }
 	for round := range 3 {
 		before := progress()
 		cmd, stderr := startChild(t, yamlOf(slow))
@@ -593,7 +593,7 @@ func killNineCopy(t *testing.T, e k2kTopics, txnID, stateTopic string, opts kill
 			for _, o := range offs {
 				c += o
 			}
-			if out = progress(); out == c || !stable {
+			if out = int64(len(readCommitted(t, e.brokers, e.out))); out == c || !stable {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -718,7 +718,7 @@ func membershipRebalance(t *testing.T, e k2kTopics, txnID string, n int) {
 		}
 		<-done
 	}
-	progress := func() int { return len(readCommitted(t, e.brokers, e.out)) }
+	progress := func() int { return len(readCommittedNow(t, e.brokers, e.out)) }
 	a := member("a")
 	aDone := run(a)
 	wait(t, 60*time.Second, "a copies", func() bool { return progress() >= n/10 })
