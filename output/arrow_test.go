@@ -77,31 +77,12 @@ func sameRecord(want, got *kgo.Record) error {
 }
 
 // readRecords reads every committed record of topic (read_committed) until
-// nothing new arrived for a second, by partition in offset order.
+// nothing new arrived for 1.5s, by partition in offset order.
 func readRecords(t testing.TB, brokers []string, topic string) map[int32][]*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
-		kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(100*time.Millisecond),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	out := map[int32][]*kgo.Record{}
-	last := time.Now()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Since(last) < 1500*time.Millisecond && time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) {
-			out[r.Partition] = append(out[r.Partition], r)
-			last = time.Now()
-		})
+	for _, r := range readCommittedRecords(t, brokers, topic, 1500*time.Millisecond, 60*time.Second) {
+		out[r.Partition] = append(out[r.Partition], r)
 	}
 	return out
 }

@@ -115,6 +115,19 @@ func readCommittedNow(t testing.TB, brokers []string, topic string) []string {
 
 func readCommittedFor(t testing.TB, brokers []string, topic string, readQuiet, window time.Duration) []string {
 	t.Helper()
+	recs := readCommittedRecords(t, brokers, topic, readQuiet, window)
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = string(r.Value)
+	}
+	return out
+}
+
+// readCommittedRecords reads topic read_committed from the start until nothing
+// new arrived for readQuiet (after the client reached the broker) or window
+// passed, in fetch order (offset order within a partition).
+func readCommittedRecords(t testing.TB, brokers []string, topic string, readQuiet, window time.Duration) []*kgo.Record {
+	t.Helper()
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumeTopics(topic),
@@ -132,14 +145,14 @@ func readCommittedFor(t testing.TB, brokers []string, topic string, readQuiet, w
 	if err != nil {
 		t.Fatalf("read_committed reader of %s: %v", topic, err)
 	}
-	var out []string
+	var out []*kgo.Record
 	last, stop := time.Now(), time.Now().Add(window)
 	for now := time.Now(); now.Sub(last) < readQuiet && now.Before(stop); now = time.Now() {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		fs := cl.PollFetches(ctx)
 		cancel()
 		n := len(out)
-		fs.EachRecord(func(r *kgo.Record) { out = append(out, string(r.Value)) })
+		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
 		if len(out) > n {
 			last = time.Now()
 		}
