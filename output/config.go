@@ -289,17 +289,6 @@ func (c *config) producerOpts() []kgo.Opt {
 		// way but does not balance unkeyed records by bytes.
 		opts = append(opts, kgo.RecordPartitioner(kgo.UniformBytesPartitioner(64<<10, true, true, nil)))
 	}
-	switch c.compression {
-	case "gzip":
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.GzipCompression()))
-	case "snappy":
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.SnappyCompression()))
-	case "lz4":
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.Lz4Compression()))
-	case "zstd":
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.ZstdCompression()))
-	default:
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.NoCompression()))
-	}
+	opts = append(opts, kafkaconf.Compression(c.compression))
 	return opts
 }

@@ -284,7 +284,7 @@ finished).
 			service.NewMetadataFilterField(keoFieldMetadata).
 				Description("Which metadata keys are written as record headers. The default writes none.").
 				Optional(),
-			service.NewStringEnumField(keoFieldCompression, "none", "gzip", "snappy", "lz4", "zstd").
+			service.NewStringEnumField(keoFieldCompression, kafkaconf.CompressionNames...).
 				Description("The compression codec of produced batches. Default `none`.").
 				Default("none").
 				Advanced(),

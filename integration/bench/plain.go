@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -43,18 +44,7 @@ func producerOpts(o options) []kgo.Opt {
 		kgo.ProducerLinger(o.pLinger),
 		kgo.RecordPartitioner(kgo.UniformBytesPartitioner(sticky<<10, true, true, nil)),
 	}
-	switch o.pCompress {
-	case "lz4":
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.Lz4Compression()))
-	case "snappy":
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.SnappyCompression()))
-	case "zstd":
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.ZstdCompression()))
-	case "gzip":
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.GzipCompression()))
-	default:
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.NoCompression()))
-	}
+	opts = append(opts, kafkaconf.Compression(o.pCompress))
 	if !o.pNoDelay {
 		// Go sets TCP_NODELAY on every TCP connection; this turns it off
 		// (Nagle on), to show what it is worth.

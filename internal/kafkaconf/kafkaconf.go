@@ -3,7 +3,9 @@
 // project: the kafka_eos output, the kafka_native input and the kafka_state
 // cache. A component adds Fields() to its spec and turns the parsed config into
 // franz-go client options with FromParsed, so a connection behaves the same
-// way, and is documented the same way, wherever it is configured.
+// way, and is documented the same way, wherever it is configured. Compression
+// maps a codec name to its producer option for the kafka_eos output and the
+// benchmark's plain producer alike.
 package kafkaconf
 
 import (
