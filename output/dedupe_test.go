@@ -202,12 +202,7 @@ func testDedupeCrash(t *testing.T, brokers []string, topic, txnID string, step c
 	if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
 		t.Fatal(err)
 	}
-	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
-		if n == 2 && s == step {
-			return errCrash
-		}
-		return nil
-	}}
+	a.hooks = crashAt(step, 2)
 	if err := a.WriteBatch(ctx, posBatch("a", 3, 5)); !errors.Is(err, errCrash) {
 		t.Fatalf("crash: %v", err)
 	}

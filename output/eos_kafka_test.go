@@ -55,9 +55,22 @@ func (e kafkaEnv) count(t *testing.T, prefix string) int {
 	return n
 }
 
+// crashAt makes the output "die" (errCrash, everything abandoned) at step of
+// epoch number epoch only.
 func crashAt(step commitStep, epoch uint64) *testHooks {
 	return &testHooks{atStep: func(s commitStep, n uint64) error {
 		if s == step && n == epoch {
+			return errCrash
+		}
+		return nil
+	}}
+}
+
+// crashAtStep makes the output die at step of whichever epoch reaches it
+// first (tests that write a single epoch before the crash).
+func crashAtStep(step commitStep) *testHooks {
+	return &testHooks{atStep: func(s commitStep, _ uint64) error {
+		if s == step {
 			return errCrash
 		}
 		return nil

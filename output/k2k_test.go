@@ -362,32 +362,39 @@ func TestK2KOffsetsOnlyAndOrder(t *testing.T) {
 	}
 }
 
-// TestK2KCrashBeforePrepare: the offsets were sent in the transaction, the
-// process dies before PREPARE: the restart aborts it, and neither the records
-// nor the offsets move (I3).
-func TestK2KCrashBeforePrepare(t *testing.T) {
+// k2kCrashedEpoch runs a Kafka-to-Kafka output on a fresh kfake cluster into
+// a crash at step of its first epoch: the input hands partition p over at
+// offset 0, then a batch of 4 records spanning source offsets 0 to 10 of p is
+// written and must fail with the crash. The output is left as the dead
+// process left it (its commit takeover not yet released) for the caller to
+// inspect and restart.
+func k2kCrashedEpoch(t *testing.T, txnID string, p int32, step commitStep) ([]string, *service.Resources, *output) {
+	t.Helper()
 	c := newK2KCluster(t)
 	brokers := c.ListenAddrs()
 	res := newResources()
-	o := newUnconnected(t, res, baseYAML(brokers, "k2k-crash", "consumer_group: "+k2kGroup))
-	o.hooks = &testHooks{atStep: func(s commitStep, _ uint64) error {
-		if s == stepProduced {
-			return errCrash
-		}
-		return nil
-	}}
+	o := newUnconnected(t, res, baseYAML(brokers, txnID, "consumer_group: "+k2kGroup))
+	o.hooks = crashAtStep(step)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := o.Connect(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The input's first hand-over: partition 0 starts at 0.
-	if err := o.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 0}}); err != nil {
+	// The input's first hand-over: partition p starts at 0.
+	if err := o.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {p: 0}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.WriteBatch(ctx, spanBatch("x", 0, 0, 10, 4)); !errors.Is(err, errCrash) {
+	if err := o.WriteBatch(ctx, spanBatch("x", p, 0, 10, 4)); !errors.Is(err, errCrash) {
 		t.Fatalf("write: %v, want the crash", err)
 	}
+	return brokers, res, o
+}
+
+// TestK2KCrashBeforePrepare: the offsets were sent in the transaction, the
+// process dies before PREPARE: the restart aborts it, and neither the records
+// nor the offsets move (I3).
+func TestK2KCrashBeforePrepare(t *testing.T) {
+	brokers, res, o := k2kCrashedEpoch(t, "k2k-crash", 0, stepProduced)
 	input.ReleaseCommitTakeover(res, k2kGroup, o) // the process died
 	k2kOutput(t, res, brokers, "k2k-crash")
 	if got := readCommitted(t, brokers, testTopic); len(got) != 0 {
@@ -402,28 +409,7 @@ func TestK2KCrashBeforePrepare(t *testing.T) {
 // the restart resumes the commit (Kafka-to-Kafka), and records and offsets
 // appear together.
 func TestK2KCrashAfterPrepare(t *testing.T) {
-	c := newK2KCluster(t)
-	brokers := c.ListenAddrs()
-	res := newResources()
-	o := newUnconnected(t, res, baseYAML(brokers, "k2k-crash2", "consumer_group: "+k2kGroup))
-	o.hooks = &testHooks{atStep: func(s commitStep, _ uint64) error {
-		if s == stepPrepared {
-			return errCrash
-		}
-		return nil
-	}}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := o.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The input's first hand-over: partition 1 starts at 0.
-	if err := o.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {1: 0}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.WriteBatch(ctx, spanBatch("x", 1, 0, 10, 4)); !errors.Is(err, errCrash) {
-		t.Fatalf("write: %v, want the crash", err)
-	}
+	brokers, res, o := k2kCrashedEpoch(t, "k2k-crash2", 1, stepPrepared)
 	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); len(got) != 0 {
 		t.Fatalf("offsets committed before the EndTxn: %v", got)
 	}

@@ -59,12 +59,7 @@ func TestCrashRecovery(t *testing.T) {
 				if err := a.WriteBatch(ctx, batchOf("first", 3)); err != nil {
 					t.Fatal(err)
 				}
-				a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
-					if n == 2 && s == tc.step {
-						return errCrash
-					}
-					return nil
-				}}
+				a.hooks = crashAt(tc.step, 2)
 				if err := a.WriteBatch(ctx, batchOf("crashed", 4)); err == nil {
 					t.Fatal("the crashed epoch's batch was acked")
 				}
