@@ -235,42 +235,7 @@ func TestArrowLintAndConfig(t *testing.T) {
 // that keeps partitions; with k2k the output commits the group's offsets in
 // its transactions (exactly-once), otherwise the input commits them.
 func arrowCopyYAML(e k2kTopics, txnID string, k2k bool, extraProc string) string {
-	group := ""
-	if k2k {
-		group = "consumer_group: " + e.grp
-	}
-	return fmt.Sprintf(`
-logger: { level: warn }
-input:
-  kafka_native:
-    seed_brokers: [ %[1]s ]
-    topics: [ %[2]s ]
-    consumer_group: %[3]s
-    start_offset: committed
-    reset_offset: earliest
-    stop_offset: latest
-    max_batch_records: 50
-    commit_period: 100ms
-    format: arrow
-pipeline:
-  processors:
-    - mapping: 'root = content()'%[7]s
-output:
-  kafka_eos:
-    seed_brokers: [ %[1]s ]
-    topic: %[4]s
-    partitioner: manual
-    input_format: arrow
-    arrow_timestamps: true
-    transactional_id: %[5]s
-    %[6]s
-    state_cache: state
-    epoch: { interval: 20ms }
-    max_in_flight: 4
-cache_resources:
-  - label: state
-    memory: {}
-`, strings.Join(e.brokers, ","), e.in, e.grp, e.out, txnID, group, extraProc)
+	return copyStreamYAML(e, txnID, copyOpts{batch: 50, arrow: true, k2k: k2k, proc: extraProc})
 }
 
 // fillEdgeInput writes edgeRows to every partition of topic, with an

@@ -113,6 +113,29 @@ func copyYAMLFor(e k2kTopics, txnID string, drop bool, extraProc string) string 
         let i = content().string().trim_prefix("v-").number()
         root = if $i % 7 == 0 || ($i / 15).floor() % 3 == 1 { deleted() } else { content() }`
 	}
+	return copyStreamYAML(e, txnID, copyOpts{batch: 5, k2k: true, proc: proc + extraProc})
+}
+
+// copyOpts are what differs between the copy streams of the tests.
+type copyOpts struct {
+	batch int    // the input's max_batch_records
+	arrow bool   // Arrow batches (input format: arrow, output input_format: arrow, partitions kept); else records keyed by kafka_key
+	k2k   bool   // the output commits the group's offsets in its transactions; else the input commits them
+	proc  string // processors after the identity mapping (YAML list items, each starting with a newline)
+}
+
+// copyStreamYAML is the one bounded kafka_native -> kafka_eos copy stream of
+// the tests (stop_offset: latest, the state in a memory cache, 20ms epochs,
+// 4 in flight); copyYAMLFor and arrowCopyYAML name its two uses.
+func copyStreamYAML(e k2kTopics, txnID string, o copyOpts) string {
+	inFormat, outFormat, group := "", "\n    key: ${! meta(\"kafka_key\") }", ""
+	if o.arrow {
+		inFormat = "\n    format: arrow"
+		outFormat = "\n    partitioner: manual\n    input_format: arrow\n    arrow_timestamps: true"
+	}
+	if o.k2k {
+		group = "\n    consumer_group: " + e.grp
+	}
 	return fmt.Sprintf(`
 logger: { level: warn }
 input:
@@ -123,25 +146,23 @@ input:
     start_offset: committed
     reset_offset: earliest
     stop_offset: latest
-    max_batch_records: 5
-    commit_period: 100ms
+    max_batch_records: %[6]d
+    commit_period: 100ms%[7]s
 pipeline:
   processors:
-    - mapping: 'root = content()'%[6]s%[7]s
+    - mapping: 'root = content()'%[8]s
 output:
   kafka_eos:
     seed_brokers: [ %[1]s ]
-    topic: %[4]s
-    key: ${! meta("kafka_key") }
-    transactional_id: %[5]s
-    consumer_group: %[3]s
+    topic: %[4]s%[9]s
+    transactional_id: %[5]s%[10]s
     state_cache: state
     epoch: { interval: 20ms }
     max_in_flight: 4
 cache_resources:
   - label: state
     memory: {}
-`, strings.Join(e.brokers, ","), e.in, e.grp, e.out, txnID, proc, extraProc)
+`, strings.Join(e.brokers, ","), e.in, e.grp, e.out, txnID, o.batch, inFormat, o.proc, outFormat, group)
 }
 
 func buildStream(t testing.TB, yaml string) *service.Stream {
