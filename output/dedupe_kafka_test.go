@@ -3,10 +3,8 @@ package output
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -111,22 +109,9 @@ func testDedupeKillNine(t *testing.T, brokers []string, topic, txnID, stateTopic
 	}
 	prog := newProgress(t, brokers, topic)
 	for round := range 3 {
-		cmd, stderr := startChild(t, dedupeChildYAML(brokers, topic, txnID, stateTopic, run, n))
 		target := int64((round + 1) * n / 5)
-		deadline := time.Now().Add(2 * time.Minute)
-		for prog.count() < target {
-			if time.Now().After(deadline) {
-				_ = cmd.Process.Kill()
-				t.Fatalf("round %d: no progress to %d records in 2 minutes:\n%s", round, target, stderr)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
-		logRecovery(t, fmt.Sprintf("round %d", round), stderr.String())
+		killChild(t, fmt.Sprintf("round %d", round), dedupeChildYAML(brokers, topic, txnID, stateTopic, run, n),
+			func() bool { return prog.count() >= target }, 2*time.Minute, 0, 150*time.Millisecond)
 		got, dups := seen()
 		t.Logf("round %d: killed past %d records, %d distinct values visible, %d duplicates", round, target, len(got), dups)
 		if dups != 0 {
@@ -136,19 +121,7 @@ func testDedupeKillNine(t *testing.T, brokers []string, topic, txnID, stateTopic
 			t.Fatalf("round %d: the copy finished before the SIGKILL", round)
 		}
 	}
-	cmd, stderr := startChild(t, dedupeChildYAML(brokers, topic, txnID, stateTopic, run, n))
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("final run: %v\n%s", err, stderr)
-		}
-	case <-time.After(3 * time.Minute):
-		_ = cmd.Process.Kill()
-		t.Fatalf("final run did not finish:\n%s", stderr)
-	}
-	logRecovery(t, "final", stderr.String())
+	runChildToEnd(t, dedupeChildYAML(brokers, topic, txnID, stateTopic, run, n), 3*time.Minute)
 	got, dups := seen()
 	missing := 0
 	for i := 1; i <= n; i++ {

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"math/rand/v2"
-	"syscall"
-
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -580,14 +577,7 @@ func killNineCopy(t *testing.T, e k2kTopics, txnID, stateTopic string, opts kill
 	progress := func() int64 { return int64(len(readCommittedNow(t, e.brokers, e.out))) }
 	for round := range 3 {
 		before := progress()
-		cmd, stderr := startChild(t, yamlOf(slow))
-		wait(t, 60*time.Second, "progress", func() bool { return progress() >= before+n/20 })
-		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
-		logRecovery(t, fmt.Sprintf("r%d", round), stderr.String())
+		killChild(t, fmt.Sprintf("r%d", round), yamlOf(slow), func() bool { return progress() >= before+n/20 }, 60*time.Second, 0, 300*time.Millisecond)
 		// The coordinator writes the markers of a transaction that
 		// was committing at the kill to the output partitions and to
 		// the offsets topic independently: give them a moment to agree.
@@ -615,19 +605,7 @@ func killNineCopy(t *testing.T, e k2kTopics, txnID, stateTopic string, opts kill
 	if committed() >= n {
 		t.Fatal("the copy finished before the last kill")
 	}
-	cmd, stderr := startChild(t, yamlOf(""))
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("final run: %v\n%s", err, stderr)
-		}
-	case <-time.After(120 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("final run did not finish:\n%s", stderr)
-	}
-	logRecovery(t, "final", stderr.String())
+	runChildToEnd(t, yamlOf(""), 120*time.Second)
 	checkCopyOf(t, e, n, func(int) bool { return true })
 }
 

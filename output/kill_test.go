@@ -88,6 +88,57 @@ func startChild(t *testing.T, yaml string) (*exec.Cmd, *bytes.Buffer) {
 	return cmd, &stderr
 }
 
+// killChild starts a child process running yaml, waits up to timeout for
+// progressed (nil: no wait; past the timeout the child is killed and the test
+// fails with its output), pauses pause plus a random part of jitter so the
+// kill lands at a random point of the commit sequence, SIGKILLs the child,
+// reaps it and logs its recovery decisions under name.
+func killChild(t *testing.T, name, yaml string, progressed func() bool, timeout, pause, jitter time.Duration) {
+	t.Helper()
+	cmd, stderr := startChild(t, yaml)
+	if progressed != nil {
+		deadline := time.Now().Add(timeout)
+		for !progressed() {
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("%s: no progress in %v:\n%s", name, timeout, stderr)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if jitter > 0 {
+		pause += time.Duration(rand.Int64N(int64(jitter)))
+	}
+	time.Sleep(pause)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	logRecovery(t, name, stderr.String())
+}
+
+// runChildToEnd starts a child process running yaml (a bounded input) and
+// fails the test unless it exits cleanly within timeout; logs its recovery
+// decisions under "final".
+func runChildToEnd(t *testing.T, yaml string, timeout time.Duration) {
+	t.Helper()
+	cmd, stderr := startChild(t, yaml)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("final run: %v\n%s", err, stderr)
+		}
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("final run did not finish:\n%s", stderr)
+	}
+	logRecovery(t, "final", stderr.String())
+}
+
 // Crash injection by SIGKILL of a real process, at random points of the
 // commit sequence, three times; then a clean run. A read_committed consumer
 // must see every batch (and so every epoch) whole or not at all, and every
@@ -119,13 +170,7 @@ func testKillNine(t *testing.T, brokers []string, topic, txnID, stateTopic strin
 	}
 	for round := range 3 {
 		run := fmt.Sprintf("r%d", round)
-		cmd, stderr := startChild(t, childYAML(brokers, topic, txnID, stateTopic, run, 0))
-		time.Sleep(time.Duration(700+rand.IntN(1000)) * time.Millisecond)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
-		logRecovery(t, run, stderr.String())
+		killChild(t, run, childYAML(brokers, topic, txnID, stateTopic, run, 0), nil, 0, 700*time.Millisecond, time.Second)
 		whole, partial := countRun(run)
 		t.Logf("round %d: killed with %d whole batches visible", round, whole)
 		if partial != 0 {
@@ -133,19 +178,7 @@ func testKillNine(t *testing.T, brokers []string, topic, txnID, stateTopic strin
 		}
 	}
 	// A clean, bounded run after the kills: recovers and delivers all.
-	cmd, stderr := startChild(t, childYAML(brokers, topic, txnID, stateTopic, "final", 50))
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("final run: %v\n%s", err, stderr)
-		}
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("final run did not finish:\n%s", stderr)
-	}
-	logRecovery(t, "final", stderr.String())
+	runChildToEnd(t, childYAML(brokers, topic, txnID, stateTopic, "final", 50), 60*time.Second)
 	whole, partial := countRun("final")
 	if whole != 5 || partial != 0 {
 		t.Fatalf("final run: %d whole, %d partial batches, want 5 whole", whole, partial)
