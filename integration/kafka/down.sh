@@ -3,7 +3,14 @@
 #
 #   down.sh [--name NAME]   stop one broker (default name tv2, as up.sh)
 #   down.sh --tv N          same as --name tvN
-#   down.sh --all           stop every broker up.sh started (every state dir)
+#   down.sh --all           stop every broker THIS checkout's up.sh started
+#
+# --all is safe on a shared machine: every checkout (and every user) puts its
+# state dirs under the same KAFKA_STATE_ROOT, so it stops only the dirs that
+# belong to this user and whose "checkout" file names this checkout's
+# integration/kafka (written by up.sh since that file exists); every other
+# broker it finds there is listed on stderr as left running. Stop one of those
+# by its name (--name), knowing whose it is.
 #
 # Only the process recorded in the state dir is signalled, and only if it still is
 # that broker (its command line names the dir's server.properties): SIGTERM, up
@@ -23,9 +30,19 @@ while [[ $# -gt 0 ]]; do
 done
 
 if [[ $ALL == 1 ]]; then
+	others=()
 	for dir in "$KAFKA_STATE_PREFIX"*; do
-		[[ -d $dir && -f $dir/server.properties ]] && stop_broker "$dir"
+		[[ -d $dir && -f $dir/server.properties ]] || continue
+		if from_this_checkout "$dir"; then
+			stop_broker "$dir"
+		else
+			others+=("${dir#"$KAFKA_STATE_PREFIX"}")
+		fi
 	done
+	if ((${#others[@]} > 0)); then
+		log "left running, not started by this checkout ($KAFKA_CHECKOUT) or not by you: ${others[*]}"
+		log "(down.sh --name NAME stops one of them: only if you know it is yours)"
+	fi
 	exit 0
 fi
 [[ $NAME =~ ^[A-Za-z0-9._-]+$ ]] || die "bad --name $NAME"

@@ -8,10 +8,16 @@
 
 KAFKA_VERSION=${KAFKA_VERSION:-4.3.1}
 KAFKA_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# This checkout's scripts dir, symlinks resolved: up.sh writes it into a
+# broker's state dir (file "checkout"), and down.sh --all stops only the
+# brokers whose state dir names this checkout (others' brokers on a shared
+# machine share KAFKA_STATE_ROOT).
+KAFKA_CHECKOUT=$(cd "$KAFKA_DIR" && pwd -P)
 KAFKA_CACHE_DIR=${KAFKA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/connect-eos}
 KAFKA_LIBS=$KAFKA_CACHE_DIR/kafka-$KAFKA_VERSION/libs
 KAFKA_STATE_ROOT=${KAFKA_STATE_ROOT:-${TMPDIR:-/tmp}}
-# Every state dir starts with this prefix; down.sh --all relies on it.
+# Every state dir starts with this prefix; down.sh --all looks there (and then
+# at each dir's "checkout" file).
 KAFKA_STATE_PREFIX=$KAFKA_STATE_ROOT/connect-eos-kafka-
 
 log() { echo "kafka: $*" >&2; }
@@ -21,6 +27,26 @@ die() {
 }
 
 state_dir() { echo "$KAFKA_STATE_PREFIX$1"; }
+
+# write_atomic FILE [MODE] writes stdin to FILE through a temporary file in the
+# same dir and a rename (MODE, default 644, set before the rename; the temporary
+# file is 600 from the start), so a reader (another up.sh reusing the broker,
+# down.sh, the chaos suite) sees no file or the whole file, never a part.
+write_atomic() {
+	local f=$1 mode=${2:-644} tmp
+	tmp=$(mktemp "$f.tmp.XXXXXX") || return 1
+	if ! { cat >"$tmp" && chmod "$mode" "$tmp" && mv -f "$tmp" "$f"; }; then
+		rm -f "$tmp"
+		return 1
+	fi
+}
+
+# from_this_checkout reports whether the broker of state dir $1 was started by
+# this checkout's up.sh (and this user): its "checkout" file names
+# KAFKA_CHECKOUT. Dirs of up.sh runs older than that file never match.
+from_this_checkout() {
+	[[ -O $1 && -f $1/checkout && $(<"$1/checkout") == "$KAFKA_CHECKOUT" ]]
+}
 
 # apt_install installs Debian packages; CI machines may start without Java or Maven.
 apt_install() {
@@ -115,7 +141,7 @@ alive() {
 }
 
 # stop_broker stops the broker of state dir $1 (SIGTERM, up to 30 s for a clean
-# shutdown, then SIGKILL) and removes the dir.
+# shutdown, then SIGKILL) and removes the dir (and up.sh's lock file beside it).
 stop_broker() {
 	local dir=$1 pid i
 	pid=$(owned_pid "$dir")
@@ -136,4 +162,8 @@ stop_broker() {
 		fi
 	fi
 	rm -rf "$dir"
+	# up.sh's lock for this name, unless an up.sh holds it right now.
+	if [[ -f $dir.lock ]] && command -v flock >/dev/null; then
+		(flock -n 9 && rm -f "$dir.lock") 9<"$dir.lock" 2>/dev/null || true
+	fi
 }

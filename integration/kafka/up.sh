@@ -45,7 +45,10 @@
 # topic Read, Write, Create, DescribeConfigs; group Read; transactional-id Write
 # (Read and Write imply Describe).
 #
-# Stop it with down.sh --name NAME (or down.sh --all). See lib.sh for the knobs
+# Stop it with down.sh --name NAME (or down.sh --all: every broker this
+# checkout started). State files (pid, brokers, security.env, up.env with the
+# lines printed) are written atomically; "checkout" names the scripts dir that
+# started the broker. See lib.sh for the knobs
 # (KAFKA_VERSION, cache dir); KAFKA_HEAP (default -Xmx512m -Xms128m) and
 # KAFKA_START_TIMEOUT (seconds, default 90) tune the broker.
 set -euo pipefail
@@ -71,12 +74,31 @@ TIMEOUT=${KAFKA_START_TIMEOUT:-90}
 
 ensure_libs
 
-# Idempotent: a broker already running under this name is reused as it is.
-if [[ -n $(owned_pid "$STATE") && -f $STATE/brokers ]]; then
-	log "broker $NAME already running (pid $(owned_pid "$STATE"))"
-	echo "KAFKA_BROKERS=$(<"$STATE/brokers")"
-	[[ ! -f $STATE/security.env ]] || cat "$STATE/security.env"
-	exit 0
+# One up.sh at a time per name: a second run waits for the first (the lock,
+# next to the state dir, is dropped when this script exits; the broker does
+# not inherit it) and then reuses its broker.
+mkdir -p "$KAFKA_STATE_ROOT"
+if command -v flock >/dev/null; then
+	exec 9>"$STATE.lock"
+	flock -w "$TIMEOUT" 9 || die "another up.sh --name $NAME still holds $STATE.lock after ${TIMEOUT}s"
+fi
+# Idempotent: a broker already running under this name is reused as it is,
+# with the lines of $STATE/up.env, which the run that started it writes at once
+# (write_atomic) when the broker is ready.
+if [[ -n $(owned_pid "$STATE") ]]; then
+	if [[ -f $STATE/up.env ]]; then
+		log "broker $NAME already running (pid $(owned_pid "$STATE"))"
+		cat "$STATE/up.env"
+		exit 0
+	fi
+	if [[ -f $STATE/brokers && ! -f $STATE/checkout ]]; then
+		# Started by an up.sh older than up.env.
+		log "broker $NAME already running (pid $(owned_pid "$STATE"))"
+		echo "KAFKA_BROKERS=$(<"$STATE/brokers")"
+		[[ ! -f $STATE/security.env ]] || cat "$STATE/security.env"
+		exit 0
+	fi
+	die "broker $NAME runs (pid $(owned_pid "$STATE")) but the up.sh that started it did not finish; stop it with down.sh --name $NAME"
 fi
 rm -rf "$STATE"
 
@@ -228,6 +250,7 @@ start_once() {
 	RETRY=0
 	rm -rf "$STATE"
 	mkdir -p "$STATE/data" "$STATE/logs"
+	echo "$KAFKA_CHECKOUT" | write_atomic "$STATE/checkout"
 	local port cport
 	port=$(pick_port)
 	cport=$(pick_port "$port")
@@ -297,12 +320,12 @@ start_once() {
 		-Dkafka.logs.dir="$STATE/logs" \
 		-Dlog4j2.configurationFile="$KAFKA_DIR/log4j2-broker.properties" \
 		-cp "$KAFKA_LIBS/*" kafka.Kafka "$STATE/server.properties" \
-		</dev/null >"$STATE/kafka.out" 2>&1 &
+		</dev/null >"$STATE/kafka.out" 2>&1 9>&- &
 	PID=$!
-	echo "$PID" >"$STATE/pid"
-	echo "127.0.0.1:$port" >"$STATE/brokers"
-	[[ -z $SPORT ]] || echo "127.0.0.1:$SPORT" >"$STATE/brokers-sasl-ssl"
-	[[ -z $MPORT ]] || echo "127.0.0.1:$MPORT" >"$STATE/brokers-ssl"
+	echo "$PID" | write_atomic "$STATE/pid"
+	echo "127.0.0.1:$port" | write_atomic "$STATE/brokers"
+	[[ -z $SPORT ]] || echo "127.0.0.1:$SPORT" | write_atomic "$STATE/brokers-sasl-ssl"
+	[[ -z $MPORT ]] || echo "127.0.0.1:$MPORT" | write_atomic "$STATE/brokers-ssl"
 	ln -sf logs/server.log "$STATE/server.log"
 	log "started broker $NAME pid $PID on 127.0.0.1:$port (controller $cport), transaction.version=$TV, Kafka $KAFKA_VERSION"
 
@@ -346,7 +369,7 @@ log "broker $NAME ready: $(grep -h 'transaction.version' "$STATE/features.out" |
 
 if [[ $SECURE == 1 ]]; then
 	grant_acls "$(<"$STATE/brokers")"
-	cat >"$STATE/security.env" <<-EOF
+	write_atomic "$STATE/security.env" 600 <<-EOF
 		KAFKA_SASL_SSL_BROKERS=$(<"$STATE/brokers-sasl-ssl")
 		KAFKA_SSL_BROKERS=$(<"$STATE/brokers-ssl")
 		KAFKA_CA_FILE=$STATE/tls/ca.pem
@@ -357,10 +380,14 @@ if [[ $SECURE == 1 ]]; then
 		KAFKA_SASL_DENIED=bob:${PASSWORDS[bob]}
 		KAFKA_SASL_ACL_PREFIX=$ACL_PREFIX
 	EOF
-	chmod 600 "$STATE/security.env"
 	log "SASL_SSL listener on $(<"$STATE/brokers-sasl-ssl"), mTLS listener on $(<"$STATE/brokers-ssl") (CA $STATE/tls/ca.pem, users admin, alice, bob)"
 fi
 
+# The lines printed, also for a later up.sh of this name (above): written at
+# once, 600 as they hold the passwords.
+{
+	echo "KAFKA_BROKERS=$(<"$STATE/brokers")"
+	[[ ! -f $STATE/security.env ]] || cat "$STATE/security.env"
+} | write_atomic "$STATE/up.env" 600
 trap - EXIT
-echo "KAFKA_BROKERS=$(<"$STATE/brokers")"
-[[ ! -f $STATE/security.env ]] || cat "$STATE/security.env"
+cat "$STATE/up.env"
