@@ -298,13 +298,7 @@ func checkArrowCopy(t testing.TB, e k2kTopics) int {
 	if len(out) > len(in) {
 		t.Fatalf("output partitions %d, input %d", len(out), len(in))
 	}
-	ends := endOffsets(t, e.brokers, e.in)
-	offs := groupOffsets(t, e.brokers, e.grp, e.in)
-	for p, end := range ends {
-		if offs[p] != end {
-			t.Fatalf("group %s: committed %v, want the ends %v (lag 0)", e.grp, offs, ends)
-		}
-	}
+	wantLag0(t, e)
 	return total
 }
 

@@ -68,12 +68,7 @@ func TestKafkaDedupeKillNine(t *testing.T) {
 		t.Skip("runs child processes")
 	}
 	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
-		stateTopic := env.txnID + "-state"
-		testDedupeKillNine(t, env.brokers, env.topic, env.txnID, stateTopic)
-		adm := kafkatest.Admin(t, strings.Join(env.brokers, ","))
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopic(ctx, stateTopic)
+		testDedupeKillNine(t, env.brokers, env.topic, env.txnID, env.stateTopic(t))
 	})
 }
 

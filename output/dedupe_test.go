@@ -42,8 +42,14 @@ func posBatch(key string, from, to int64) service.MessageBatch {
 // counts returns how often each value is visible to a read_committed reader.
 func counts(t testing.TB, brokers []string) map[string]int {
 	t.Helper()
+	return countsIn(t, brokers, testTopic)
+}
+
+// countsIn counts each value visible read_committed in topic.
+func countsIn(t testing.TB, brokers []string, topic string) map[string]int {
+	t.Helper()
 	out := map[string]int{}
-	for _, v := range readCommitted(t, brokers, testTopic) {
+	for _, v := range readCommitted(t, brokers, topic) {
 		out[v]++
 	}
 	return out
@@ -226,10 +232,7 @@ func testDedupeCrash(t *testing.T, brokers []string, topic, txnID string, step c
 	if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]int{}
-	for _, v := range readCommitted(t, brokers, topic) {
-		got[v]++
-	}
+	got := countsIn(t, brokers, topic)
 	wantExactly(t, got, "a", 1, 6)
 	if len(got) != 6 {
 		t.Fatalf("visible %v", got)
@@ -475,10 +478,7 @@ func testDedupeCommitReportedButAborted(t *testing.T, brokers []string, topic, t
 	if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]int{}
-	for _, v := range readCommitted(t, brokers, topic) {
-		got[v]++
-	}
+	got := countsIn(t, brokers, topic)
 	wantExactly(t, got, "a", 1, 6)
 	if len(got) != 6 {
 		t.Fatalf("visible %v", got)

@@ -43,6 +43,22 @@ func forEachKafka(t *testing.T, fn func(t *testing.T, env kafkaEnv)) {
 	}
 }
 
+// stateTopic names a kafka_state topic of the test, deleted after the test
+// if it passed (a failed test leaves it to look at).
+func (e kafkaEnv) stateTopic(t *testing.T) string {
+	name := e.txnID + "-state"
+	t.Cleanup(func() {
+		if t.Failed() {
+			return
+		}
+		adm := kafkatest.Admin(t, strings.Join(e.brokers, ","))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopic(ctx, name)
+	})
+	return name
+}
+
 func (e kafkaEnv) yaml(extra string) string { return yamlFor(e.brokers, e.topic, e.txnID, extra) }
 
 func (e kafkaEnv) count(t *testing.T, prefix string) int {
@@ -292,12 +308,7 @@ func TestKafkaLostEndTxnAnswer(t *testing.T) {
 // kafka_state on Apache Kafka as the state cache across a crash.
 func TestKafkaStateCache(t *testing.T) {
 	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
-		stateTopic := env.txnID + "-state"
-		testKafkaStateRecovery(t, env.brokers, env.topic, env.txnID, stateTopic)
-		adm := kafkatest.Admin(t, strings.Join(env.brokers, ","))
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopic(ctx, stateTopic)
+		testKafkaStateRecovery(t, env.brokers, env.topic, env.txnID, env.stateTopic(t))
 	})
 }
 
@@ -307,11 +318,6 @@ func TestKafkaKillNine(t *testing.T) {
 		t.Skip("runs child processes")
 	}
 	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
-		stateTopic := env.txnID + "-state"
-		testKillNine(t, env.brokers, env.topic, env.txnID, stateTopic)
-		adm := kafkatest.Admin(t, strings.Join(env.brokers, ","))
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopic(ctx, stateTopic)
+		testKillNine(t, env.brokers, env.topic, env.txnID, env.stateTopic(t))
 	})
 }

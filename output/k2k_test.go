@@ -227,13 +227,41 @@ func checkCopyOf(t testing.TB, e k2kTopics, n int, keep func(int) bool) {
 	if len(dups)+len(missing)+len(extra) > 0 || len(got) != want {
 		t.Fatalf("output: %d records, want %d; duplicates %v; missing %v; filtered but present %v", len(got), want, dups, missing, extra)
 	}
-	ends := endOffsets(t, brokers, e.in)
-	offs := groupOffsets(t, brokers, e.grp, e.in)
+	wantLag0(t, e)
+}
+
+// lag0 reports whether e's group has committed ends (the input topic's end
+// offsets) for every partition, and the offsets it read.
+func lag0(t testing.TB, e k2kTopics, ends map[int32]int64) (map[int32]int64, bool) {
+	t.Helper()
+	offs := groupOffsets(t, e.brokers, e.grp, e.in)
 	for p, end := range ends {
 		if offs[p] != end {
-			t.Fatalf("group %s: committed %v, want the ends %v (lag 0)", e.grp, offs, ends)
+			return offs, false
 		}
 	}
+	return offs, true
+}
+
+// wantLag0 fails the test unless e's group has committed the end offsets of
+// the input topic now.
+func wantLag0(t testing.TB, e k2kTopics) {
+	t.Helper()
+	ends := endOffsets(t, e.brokers, e.in)
+	if offs, ok := lag0(t, e, ends); !ok {
+		t.Fatalf("group %s: committed %v, want the ends %v (lag 0)", e.grp, offs, ends)
+	}
+}
+
+// waitLag0 waits up to d for e's group to commit the input topic's end
+// offsets as they are when it is called.
+func waitLag0(t testing.TB, e k2kTopics, d time.Duration) {
+	t.Helper()
+	ends := endOffsets(t, e.brokers, e.in)
+	wait(t, d, "lag 0", func() bool {
+		_, ok := lag0(t, e, ends)
+		return ok
+	})
 }
 
 func TestK2KCopyExactlyOnce(t *testing.T) {
@@ -473,16 +501,7 @@ func TestK2KGroupMembership(t *testing.T) {
 	s := buildStream(t, yaml)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(context.Background()) }()
-	ends := endOffsets(t, e.brokers, e.in)
-	wait(t, 30*time.Second, "lag 0", func() bool {
-		offs := groupOffsets(t, e.brokers, e.grp, e.in)
-		for p, end := range ends {
-			if offs[p] != end {
-				return false
-			}
-		}
-		return true
-	})
+	waitLag0(t, e, 30*time.Second)
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := s.Stop(sctx); err != nil {
 		t.Logf("stop: %v", err)
@@ -713,16 +732,7 @@ func membershipRebalance(t *testing.T, e k2kTopics, txnID string, n int) {
 	wait(t, 60*time.Second, "both copy", func() bool { return progress() >= at+n/10 })
 	t.Logf("a leaves at %d of %d", progress(), n)
 	stop(a, aDone)
-	ends := endOffsets(t, e.brokers, e.in)
-	wait(t, 120*time.Second, "lag 0", func() bool {
-		offs := groupOffsets(t, e.brokers, e.grp, e.in)
-		for p, end := range ends {
-			if offs[p] != end {
-				return false
-			}
-		}
-		return true
-	})
+	waitLag0(t, e, 120*time.Second)
 	stop(b, bDone)
 	checkCopyOf(t, e, n, func(int) bool { return true })
 }
