@@ -81,7 +81,9 @@ func (f *fetchLoop) run(ctx context.Context) {
 		}
 		f.flowControl()
 		pollCtx, pollCancel := context.WithTimeout(ctx, pollTimeout)
+		f.tr.beginPoll()
 		fetches := f.cl.PollFetches(pollCtx)
+		seq := f.tr.endPoll()
 		pollCancel()
 		if ctx.Err() != nil {
 			return
@@ -101,7 +103,11 @@ func (f *fetchLoop) run(ctx context.Context) {
 				return
 			}
 			p := tp{ftp.Topic, ftp.Partition}
-			if !f.tr.has(p) {
+			// Only the current tracking's own fetches (the fetch
+			// fence, see tracker): not a partition given up, nor
+			// one assigned again since this poll.
+			id, ok := f.tr.ownerFor(p, seq)
+			if !ok {
 				return
 			}
 			end := ftp.HighWatermark
@@ -114,7 +120,7 @@ func (f *fetchLoop) run(ctx context.Context) {
 				}
 			})
 			delete(f.unknownSince, p)
-			if !f.process(ctx, p, ftp.Records, now) {
+			if !f.process(ctx, p, id, ftp.Records, now) {
 				stopped = true
 			}
 		})
@@ -130,11 +136,15 @@ func (f *fetchLoop) run(ctx context.Context) {
 	}
 }
 
-// process turns one partition's fetched records into batches. It returns
-// false if the loop was stopped while handing a batch over.
-func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now time.Time) bool {
-	pos, stop, finished := f.tr.position(p)
-	if finished {
+// process turns one partition's fetched records, fetched under its tracking
+// (assignment) id, into batches. It returns false if the loop was stopped
+// while handing a batch over. If the partition is revoked or lost while it
+// runs (send waits for the pipeline), the rest of the records are dropped:
+// they belong to no assignment now, and the next one starts from the
+// committed offset with a fetch of its own.
+func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Record, now time.Time) bool {
+	pos, stop, finished, current := f.tr.positionAs(p, id)
+	if finished || !current {
 		return true
 	}
 	var (
@@ -143,10 +153,11 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 		bytes   int64
 		last    int64 = -1
 		inBytes int64
+		gone    bool // the tracking is no longer id
 	)
 	arrow := f.enc != nil
 	flush := func(to int64) bool {
-		if to < 0 {
+		if to < 0 || gone {
 			return true
 		}
 		emitted := int64(len(msgs))
@@ -159,7 +170,11 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 			msgs, emitted = service.MessageBatch{msg}, int64(len(rows))
 		}
 		pending := len(msgs) > 0
-		sp := f.tr.advance(p, to, bytes, pending, now)
+		sp, current := f.tr.advanceAs(p, id, to, bytes, pending, now)
+		if !current {
+			gone = true
+			return true
+		}
 		if pending && sp != nil {
 			f.tr.update(p, func(ps *partState) { ps.emitted += emitted })
 			if f.cfg.group != "" {
@@ -189,7 +204,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 			if !flush(last) {
 				return false
 			}
-			f.tr.advance(p, stop, 0, false, now)
+			f.tr.advanceAs(p, id, stop, 0, false, now)
 			break
 		}
 		size := int64(len(r.Key) + len(r.Value))
@@ -197,6 +212,9 @@ func (f *fetchLoop) process(ctx context.Context, p tp, recs []*kgo.Record, now t
 		if n := len(msgs) + len(rows); n > 0 && (n >= f.cfg.maxBatchRecords || bytes+size > int64(f.cfg.maxBatchBytes)) {
 			if !flush(last) {
 				return false
+			}
+			if gone {
+				return true
 			}
 		}
 		last = r.Offset + 1

@@ -47,6 +47,11 @@ type partState struct {
 	emitted       int64
 	lost          int64
 	probed        int64 // offsets the probe found empty and consumed
+
+	// fencedAt is the tracker's pollSeq when this tracking began: data
+	// of a PollFetches numbered at or below it was fetched before it
+	// (under an earlier assignment of the partition) and is not its own.
+	fencedAt uint64
 }
 
 // tracker holds every partition's position and ack FIFO. The fetch loop
@@ -62,12 +67,70 @@ type tracker struct {
 	changed chan struct{}
 	// assignments numbers the partitions' trackings (partState.assignment).
 	assignments uint64
+
+	// The fetch fence (group_membership). A fetch the loop got from
+	// PollFetches before a partition was revoked or lost and then
+	// assigned to this member again holds records of the old
+	// assignment, from the old position; taken for the new tracking,
+	// whose position is the (lower) committed offset, they would make a
+	// span [committed, end of the stale records) that the output commits
+	// while the records between were never delivered (loss; the new
+	// session's fetch of them is then skipped as already consumed). kgo
+	// discards its buffered data when it invalidates a partition, before
+	// the partition can be assigned again, but not a fetch already
+	// returned to the loop (which may hold it for long: send blocks
+	// while the pipeline is full, as it is while the broker is down). So
+	// the loop numbers its polls (pollSeq), add never runs while a poll
+	// is in flight (polling; adding holds the next poll back meanwhile),
+	// and a tracking only takes fetches of polls numbered after it
+	// began (partState.fencedAt): those polls started after kgo
+	// invalidated the old assignment's data.
+	pollSeq  uint64
+	polling  bool
+	adding   int
+	pollCond *sync.Cond // on mu: signals polling and adding changes
 }
 
 func newTracker(plans []*partPlan, now time.Time) *tracker {
 	t := &tracker{parts: map[tp]*partState{}, changed: make(chan struct{})}
+	t.pollCond = sync.NewCond(&t.mu)
 	t.add(plans, now)
 	return t
+}
+
+// beginPoll marks a PollFetches of the fetch loop in flight; it waits while
+// an add waits for the previous poll to end.
+func (t *tracker) beginPoll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for t.adding > 0 {
+		t.pollCond.Wait()
+	}
+	t.polling = true
+}
+
+// endPoll marks the poll returned and numbers it: the fetches it returned
+// belong to the partitions' trackings that ownerFor accepts for that number.
+func (t *tracker) endPoll() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.polling = false
+	t.pollSeq++
+	t.pollCond.Broadcast()
+	return t.pollSeq
+}
+
+// ownerFor returns the assignment of p's current tracking if the fetch of
+// poll seq belongs to it (fetched after the tracking began); false if p is
+// not tracked or the fetch predates its tracking.
+func (t *tracker) ownerFor(p tp, seq uint64) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps, ok := t.parts[p]
+	if !ok || seq <= ps.fencedAt {
+		return 0, false
+	}
+	return ps.assignment, true
 }
 
 // add starts tracking the partitions of plans, replacing any state they had
@@ -75,6 +138,14 @@ func newTracker(plans []*partPlan, now time.Time) *tracker {
 func (t *tracker) add(plans []*partPlan, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Never while a poll is in flight (the fetch fence): PollFetches
+	// returns within pollTimeout.
+	t.adding++
+	for t.polling {
+		t.pollCond.Wait()
+	}
+	t.adding--
+	t.pollCond.Broadcast()
 	for _, pp := range plans {
 		t.assignments++
 		ps := &partState{
@@ -88,6 +159,7 @@ func (t *tracker) add(plans []*partPlan, now time.Time) {
 			committedSeen: pp.committed,
 			end:           pp.end,
 			lastAdvance:   now,
+			fencedAt:      t.pollSeq,
 		}
 		if pp.stop != noStop && pp.start >= pp.stop {
 			// start >= stop: finished before any fetch. The position
@@ -136,14 +208,6 @@ func (t *tracker) assignmentOf(p tp) (uint64, bool) {
 	return ps.assignment, true
 }
 
-// has reports whether p is tracked.
-func (t *tracker) has(p tp) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.parts[p]
-	return ok
-}
-
 // pendingIn reports whether any of ps has unacknowledged spans.
 func (t *tracker) pendingIn(ps []tp) bool {
 	t.mu.Lock()
@@ -178,6 +242,23 @@ func (t *tracker) advance(p tp, to int64, bytes int64, pending bool, now time.Ti
 	if !ok {
 		return nil // revoked meanwhile
 	}
+	return t.advanceLocked(ps, to, bytes, pending, now)
+}
+
+// advanceAs is advance for the fetch loop: only if p's tracking is still
+// assignment id (current false otherwise: the records were fetched under an
+// assignment since revoked or lost, and belong to none now).
+func (t *tracker) advanceAs(p tp, id uint64, to int64, bytes int64, pending bool, now time.Time) (s *span, current bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps, ok := t.parts[p]
+	if !ok || ps.assignment != id {
+		return nil, false
+	}
+	return t.advanceLocked(ps, to, bytes, pending, now), true
+}
+
+func (t *tracker) advanceLocked(ps *partState, to int64, bytes int64, pending bool, now time.Time) *span {
 	if ps.stop != noStop && to > ps.stop {
 		to = ps.stop
 	}
@@ -224,6 +305,18 @@ func (t *tracker) popLocked(ps *partState) {
 	if i > 0 {
 		ps.spans = append(ps.spans[:0], ps.spans[i:]...)
 	}
+}
+
+// positionAs is position for the fetch loop: current is false if p's
+// tracking is no longer assignment id.
+func (t *tracker) positionAs(p tp, id uint64) (pos, stop int64, finished, current bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps, ok := t.parts[p]
+	if !ok || ps.assignment != id {
+		return 0, noStop, true, false
+	}
+	return ps.position, ps.stop, ps.finished, true
 }
 
 // position returns p's position and stop.
