@@ -108,6 +108,9 @@ func (f *fetchLoop) run(ctx context.Context) {
 			// one assigned again since this poll.
 			id, ok := f.tr.ownerFor(p, seq)
 			if !ok {
+				if _, tracked := f.tr.assignmentOf(p); tracked {
+					f.log.Debugf("Partition %s: dropped %d records [%d, %d] fetched under an earlier assignment of it", p, len(ftp.Records), ftp.Records[0].Offset, ftp.Records[len(ftp.Records)-1].Offset)
+				}
 				return
 			}
 			end := ftp.HighWatermark
@@ -173,6 +176,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		sp, current := f.tr.advanceAs(p, id, to, bytes, pending, now)
 		if !current {
 			gone = true
+			f.log.Debugf("Partition %s: revoked or lost while its records up to %d were handed over; the rest of the fetch (%d records to %d) is dropped", p, to, len(recs), recs[len(recs)-1].Offset)
 			return true
 		}
 		if pending && sp != nil {
