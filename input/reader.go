@@ -176,7 +176,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		sp, current := f.tr.advanceAs(p, id, to, bytes, pending, now)
 		if !current {
 			gone = true
-			f.log.Debugf("Partition %s: revoked or lost while its records up to %d were handed over; the rest of the fetch (%d records to %d) is dropped", p, to, len(recs), recs[len(recs)-1].Offset)
+			f.log.Debugf("Partition %s: revoked or lost while its records up to %d were handed over; the rest of the fetch (to offset %d) is dropped", p, to, recs[len(recs)-1].Offset)
 			return true
 		}
 		if pending && sp != nil {
