@@ -621,6 +621,11 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 				}
 				time.Sleep(2 * time.Second)
 				t.Logf("no progress: %s", stallReport(b, c))
+				// The broker's state dir goes with the run: keep its
+				// log (transaction marker errors show there).
+				if out, err := exec.Command("cp", "-r", filepath.Join(b.dir, "logs"), filepath.Join(logDir, "broker-logs")).CombinedOutput(); err != nil {
+					t.Logf("copying the broker's logs: %v: %s", err, out)
+				}
 				t.Fatalf("no progress for 2 minutes at %d of %d records (goroutine dumps of the live processes, SIGQUIT, in the logs in %s)", d, k.records, logDir)
 			}
 			if ctx.Err() != nil {
@@ -1152,5 +1157,62 @@ func stallReport(b *broker, c runCfg) string {
 	parts = append(parts, fmt.Sprintf("open transactions %v (%v)", open, err))
 	hanging, err := hangingTransactions(ctx, b.addr)
 	parts = append(parts, fmt.Sprintf("hanging %v (%v)", hanging, err))
+	// find-hanging only reports transactions open longer than the
+	// maximum transaction timeout (15 minutes by default): list every
+	// producer with a transaction open in the output and in the offsets
+	// topic (a pending transactional offset commit), with what the
+	// coordinator says of its transactional id.
+	parts = append(parts, "open in the logs: "+openInLogs(ctx, adm, c.out))
 	return strings.Join(parts, "; ")
+}
+
+// openInLogs lists the producers with a transaction open in the partitions of
+// topic and of __consumer_offsets (DescribeProducers), and the coordinator's
+// state of their transactional ids.
+func openInLogs(ctx context.Context, adm *kadm.Client, topic string) string {
+	ds, err := adm.DescribeProducers(ctx, kadm.TopicsSet{topic: nil, "__consumer_offsets": nil})
+	if err != nil {
+		return err.Error()
+	}
+	var rows []string
+	pids := map[int64]bool{}
+	ds.EachProducer(func(p kadm.DescribedProducer) {
+		if p.CurrentTxnStartOffset < 0 {
+			return
+		}
+		pids[p.ProducerID] = true
+		rows = append(rows, fmt.Sprintf("%s/%d from %d: pid %d epoch %d coordinator epoch %d last write %s",
+			p.Topic, p.Partition, p.CurrentTxnStartOffset, p.ProducerID, p.ProducerEpoch, p.CoordinatorEpoch,
+			time.UnixMilli(p.LastTimestamp).UTC().Format("15:04:05.000")))
+	})
+	sort.Strings(rows)
+	if len(pids) == 0 {
+		return "none"
+	}
+	if ls, err := adm.ListTransactions(ctx, nil, nil); err != nil {
+		rows = append(rows, "list transactions: "+err.Error())
+	} else {
+		var ids []string
+		for _, l := range ls.Sorted() {
+			if pids[l.ProducerID] {
+				ids = append(ids, l.TxnID)
+				delete(pids, l.ProducerID)
+			}
+		}
+		for pid := range pids {
+			rows = append(rows, fmt.Sprintf("coordinator: no transactional id with pid %d", pid))
+		}
+		if len(ids) == 0 {
+			// Nothing to describe (no ids would describe them all).
+		} else if dts, err := adm.DescribeTransactions(ctx, ids...); err != nil {
+			rows = append(rows, "describe transactions: "+err.Error())
+		} else {
+			for _, d := range dts.Sorted() {
+				rows = append(rows, fmt.Sprintf("coordinator: %s %s pid %d epoch %d timeout %dms started %s partitions %v",
+					d.TxnID, d.State, d.ProducerID, d.ProducerEpoch, d.TimeoutMillis,
+					time.UnixMilli(d.StartTimestamp).UTC().Format("15:04:05.000"), d.Topics))
+			}
+		}
+	}
+	return strings.Join(rows, " | ")
 }
