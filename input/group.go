@@ -112,7 +112,7 @@ func (g *groupMember) adjust(ctx context.Context, offsets map[string]map[int32]k
 			parts = append(parts, tp{t, p})
 		}
 	}
-	l, _, err := g.cfg.list(ctx, g.adm)
+	l, _, err := g.cfg.list(ctx, g.adm, g.log)
 	if err == nil {
 		var plans []*partPlan
 		if plans, err = g.cfg.resolve(ctx, g.adm, l, parts); err == nil {

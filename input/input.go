@@ -204,7 +204,7 @@ func (in *kafkaInput) preflight(ctx context.Context, adm *kadm.Client) ([]*partP
 	}
 	pctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
-	l, parts, err := cfg.list(pctx, adm)
+	l, parts, err := cfg.list(pctx, adm, in.log)
 	if err != nil || cfg.membership {
 		return nil, err
 	}

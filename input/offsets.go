@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -80,7 +81,7 @@ func (c *config) partitionsOf(meta kadm.Metadata) ([]tp, error) {
 // list fetches metadata, log starts, end offsets and the group's offsets. It
 // is the preflight of Connect: a bad password, a denied ACL or a missing
 // topic fails here, before any fetch.
-func (c *config) list(ctx context.Context, adm *kadm.Client) (*listing, []tp, error) {
+func (c *config) list(ctx context.Context, adm *kadm.Client, log *service.Logger) (*listing, []tp, error) {
 	l := &listing{}
 	var err error
 	if l.meta, err = adm.Metadata(ctx, c.topicOrder...); err != nil {
@@ -106,7 +107,7 @@ func (c *config) list(ctx context.Context, adm *kadm.Client) (*listing, []tp, er
 		}
 	}
 	if c.group != "" {
-		l.committed, err = fetchStable(ctx, adm, c.group, c.topicOrder)
+		l.committed, err = fetchStable(ctx, adm, c.group, c.topicOrder, log)
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			// kfake answers GROUP_ID_NOT_FOUND for a group that
 			// never committed; Kafka answers with no offsets.
@@ -133,9 +134,13 @@ func (c *config) list(ctx context.Context, adm *kadm.Client) (*listing, []tp, er
 // to replace. Reading that older offset would copy the transaction's records
 // again once it commits; so retry until it ended (a dead producer's
 // transaction is aborted by the coordinator within its transaction timeout) or
-// ctx ends.
-func fetchStable(ctx context.Context, adm *kadm.Client, group string, topics []string) (kadm.OffsetResponses, error) {
+// ctx ends. A transaction the coordinator no longer tracks (a hanging
+// transaction: seen under transaction version 2 after broker restarts, see
+// docs/exactly-once.md) never ends: from stableWarnAfter on, a warning names
+// the partitions every stableWarnAfter (log may be nil).
+func fetchStable(ctx context.Context, adm *kadm.Client, group string, topics []string, log *service.Logger) (kadm.OffsetResponses, error) {
 	backoff := 50 * time.Millisecond
+	start, warned := time.Now(), time.Time{}
 	for {
 		resp, err := adm.FetchOffsetsForTopics(kadm.RequireStable(ctx), group, topics...)
 		unstable := errors.Is(err, kerr.UnstableOffsetCommit)
@@ -145,6 +150,16 @@ func fetchStable(ctx context.Context, adm *kadm.Client, group string, topics []s
 		if !unstable {
 			return resp, err
 		}
+		if log != nil && time.Since(start) >= stableWarnAfter && time.Since(warned) >= stableWarnAfter {
+			warned = time.Now()
+			var held []string
+			resp.Each(func(o kadm.OffsetResponse) {
+				if errors.Is(o.Err, kerr.UnstableOffsetCommit) {
+					held = append(held, fmt.Sprintf("%s:%d", o.Topic, o.Partition))
+				}
+			})
+			log.Warnf("Group %s: the committed offsets of %v are held by a pending transactional offset commit for %v; reading them waits until that transaction ends (if no producer's transaction is open for that long, look for a hanging transaction: kafka-transactions.sh find-hanging)", group, held, time.Since(start).Round(time.Second))
+		}
 		select {
 		case <-time.After(backoff):
 			backoff = min(2*backoff, time.Second)
@@ -153,6 +168,11 @@ func fetchStable(ctx context.Context, adm *kadm.Client, group string, topics []s
 		}
 	}
 }
+
+// stableWarnAfter is how long fetchStable waits for a pending transactional
+// offset commit before it warns (then again at that interval): longer than
+// a healthy epoch, shorter than the default transaction timeout (60 s).
+const stableWarnAfter = 30 * time.Second
 
 // errGroupRead is the message of a missing Read ACL on the group.
 func errGroupRead(group, detail string) error {
