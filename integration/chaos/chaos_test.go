@@ -437,6 +437,8 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		t.Fatalf("unknown mode %q (plain, k2k, dedupe)", mode)
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	// A failed run prints no summary line: the seed replays its plan.
+	t.Logf("seed %d (the rounds' plan; CHAOS_SEED=%d replays it for the first run of the first version)", seed, seed)
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), k.timeout)
 	defer cancel()
