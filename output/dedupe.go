@@ -122,6 +122,19 @@ func (o *output) dedupePlanLocked(kps []txnstate.KeyPos) ([]bool, error) {
 	return drop, nil
 }
 
+// oweLocked makes the positions of a dedupe batch nacked before it joined an
+// epoch (err) owed until its replay (txnstate.DedupeState.Owe): Benthos may
+// hand the output batches it read ahead before that replay, and one of them,
+// admitted and committed, would make the replay look like a duplicate. Not for
+// ErrTooManyKeys: that batch cannot join until keys are freed, and owing it
+// would hold its key's later batches too.
+func (o *output) oweLocked(kps []txnstate.KeyPos, err error) {
+	if o.dd == nil || errors.Is(err, txnstate.ErrTooManyKeys) {
+		return
+	}
+	o.dd.Owe(kps, time.Now())
+}
+
 // epochKeyPos returns the kept messages' keys and positions of an epoch.
 func (ep *epoch) keyPos() []txnstate.KeyPos {
 	var out []txnstate.KeyPos

@@ -116,7 +116,8 @@ func TestDedupeDropsAtOrBelow(t *testing.T) {
 // A replay of positions held by an epoch still in flight is dropped; if that
 // epoch then aborts, its batch is nacked and its replay is produced again.
 // A batch above the aborted positions that arrives before their replay is
-// nacked (and produced once replayed after them).
+// nacked (and produced once replayed after them), and so is a batch above
+// that nacked batch's positions before its replay.
 func TestDedupeInFlightThenAbort(t *testing.T) {
 	for _, abort := range []bool{false, true} {
 		t.Run(fmt.Sprintf("abort=%v", abort), func(t *testing.T) {
@@ -169,15 +170,25 @@ func TestDedupeInFlightThenAbort(t *testing.T) {
 			if err := o.WriteBatch(ctx, posBatch("a", 1, 3)); err != nil {
 				t.Fatalf("replay after the abort: %v", err)
 			}
+			// The batch read after the nacked one arrives before the
+			// nacked one's replay (Benthos' retry list re-queues a
+			// batch nacked again behind others): it must wait too, or
+			// the replay of 4..5 would be dropped as a duplicate.
+			if err := o.WriteBatch(ctx, posBatch("a", 6, 7)); !errors.Is(err, ErrAwaitingReplay) {
+				t.Fatalf("batch above a nacked batch's positions: %v, want ErrAwaitingReplay", err)
+			}
 			if err := o.WriteBatch(ctx, posBatch("a", 4, 5)); err != nil {
 				t.Fatal(err)
 			}
+			if err := o.WriteBatch(ctx, posBatch("a", 6, 7)); err != nil {
+				t.Fatal(err)
+			}
 			got := counts(t, c.ListenAddrs())
-			wantExactly(t, got, "a", 1, 5)
-			if len(got) != 5 {
+			wantExactly(t, got, "a", 1, 7)
+			if len(got) != 7 {
 				t.Fatalf("visible %v", got)
 			}
-			if o.m.tally.get(metricDedupeOutOfOrder) != 1 {
+			if o.m.tally.get(metricDedupeOutOfOrder) != 2 {
 				t.Fatal("out-of-order metric")
 			}
 		})

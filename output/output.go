@@ -261,6 +261,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 			return service.ErrNotConnected
 		}
 		if drop, err = o.dedupePlanLocked(kps); err != nil {
+			o.oweLocked(kps, err)
 			o.mu.Unlock()
 			return err
 		}
@@ -291,6 +292,9 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		drop, err = o.dedupePlanLocked(kps)
 	}
 	if err != nil {
+		if kps != nil {
+			o.oweLocked(kps, err)
+		}
 		o.mu.Unlock()
 		return err
 	}

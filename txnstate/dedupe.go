@@ -25,8 +25,8 @@ type DedupeState struct {
 	committed map[string]int64
 	// admitted: per key, the highest position in a committed or live epoch.
 	admitted map[string]int64
-	// owed: positions of aborted epochs' messages, which the input will
-	// replay (their batches were nacked). Until a key's owed positions are
+	// owed: positions of aborted epochs' messages and of batches nacked
+	// before they joined an epoch, which the input will replay. Until a key's owed positions are
 	// replayed, a message of that key above the lowest of them cannot be
 	// admitted: it would make the replay look like a duplicate. Benthos
 	// replays nacked batches from a retry list, possibly after batches read
@@ -207,8 +207,28 @@ func (d *DedupeState) Abort(msgs []KeyPos, now time.Time) {
 	for k, p := range d.committed {
 		d.admitted[k] = p
 	}
+	d.owe(msgs, d.committed, now)
+}
+
+// Owe records the positions of a batch nacked before it joined an epoch
+// (ErrAwaitingReplay, or the output could not take it): the input replays
+// it, possibly after batches it read ahead. Its positions above the admitted
+// ones are owed like an aborted epoch's, so a later batch of the key waits
+// for the replay (ErrAwaitingReplay) instead of being admitted and making the
+// replay look like a duplicate: without this, a batch nacked while waiting
+// for an aborted epoch's replay was lost when the batch after it was
+// replayed first (seen in the chaos suite's dedupe run: the aborted epoch's
+// replay committed, then the next-but-one batch, and the nacked batch's
+// replay was dropped as at or below the committed position).
+func (d *DedupeState) Owe(msgs []KeyPos, now time.Time) {
+	d.owe(msgs, d.admitted, now)
+}
+
+// owe adds msgs' positions above floor (per key) to the owed ones and
+// forgets owed positions past OwedExpiry.
+func (d *DedupeState) owe(msgs []KeyPos, floor map[string]int64, now time.Time) {
 	for _, m := range msgs {
-		if c, ok := d.committed[m.Key]; ok && m.Position <= c {
+		if f, ok := floor[m.Key]; ok && m.Position <= f {
 			continue
 		}
 		ow := d.owed[m.Key]

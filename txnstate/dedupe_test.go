@@ -94,6 +94,58 @@ func TestDedupeAbortOwes(t *testing.T) {
 	}
 }
 
+// A batch nacked while an aborted epoch's replay is awaited is owed too: the
+// sequence of the chaos suite's dedupe loss (Benthos replayed the aborted
+// epoch's batch, then the batch after the nacked one, then the nacked one).
+func TestDedupeNackedBatchOwed(t *testing.T) {
+	now := time.Unix(1000, 0)
+	d := NewDedupeState(0)
+	d.Load(map[string]int64{"a": 5})
+	aborted := kps("a", 6, 7)
+	drop, _ := d.Plan(aborted, now)
+	d.Admit(aborted, drop)
+	d.Abort(aborted, now)
+	nacked := kps("a", 8, 9)
+	if _, err := d.Plan(nacked, now); !errors.Is(err, ErrAwaitingReplay) {
+		t.Fatalf("batch above the aborted positions: %v, want ErrAwaitingReplay", err)
+	}
+	d.Owe(nacked, now)
+	if d.Owed() != 4 {
+		t.Fatalf("owed %d, want 4 (the aborted epoch's 2 and the nacked batch's 2)", d.Owed())
+	}
+	drop, err := d.Plan(aborted, now)
+	if err != nil || drop[0] || drop[1] {
+		t.Fatalf("replay of the aborted epoch: %v %v", drop, err)
+	}
+	d.Admit(aborted, drop)
+	d.Commit(EpochPositions(aborted))
+	// The batch read after the nacked one, replayed before it: it must
+	// wait, or the nacked batch's replay would be dropped as a duplicate.
+	later := kps("a", 10, 11)
+	if _, err := d.Plan(later, now); !errors.Is(err, ErrAwaitingReplay) {
+		t.Fatalf("batch above a nacked batch's positions before its replay: %v, want ErrAwaitingReplay", err)
+	}
+	d.Owe(later, now)
+	for _, b := range [][]KeyPos{nacked, later} {
+		drop, err := d.Plan(b, now)
+		if err != nil || drop[0] || drop[1] {
+			t.Fatalf("replay of %v: %v %v", b, drop, err)
+		}
+		d.Admit(b, drop)
+		d.Commit(EpochPositions(b))
+	}
+	if d.Owed() != 0 {
+		t.Fatalf("owed after the replays %d", d.Owed())
+	}
+	// Positions at or below the admitted ones (replays, or held by a live
+	// epoch) are not owed: their replay is dropped or the epoch's abort
+	// owes them.
+	d.Owe(kps("a", 10, 11), now)
+	if d.Owed() != 0 {
+		t.Fatalf("owed %d after owing committed positions", d.Owed())
+	}
+}
+
 func TestDedupeMaxKeysBound(t *testing.T) {
 	d := NewDedupeState(2)
 	if _, err := d.Plan([]KeyPos{{"a", 1}, {"b", 1}, {"a", 2}}, time.Now()); err != nil {
