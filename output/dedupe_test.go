@@ -430,11 +430,7 @@ func TestDedupeCommitReportedButAborted(t *testing.T) {
 }
 
 func testDedupeCommitReportedButAborted(t *testing.T, brokers []string, topic, txnID string) {
-	var (
-		mu     sync.Mutex
-		raised error
-	)
-	restore := fatal.SetHandler(func(err error) { mu.Lock(); raised = err; mu.Unlock() })
+	fc, restore := catchFatal()
 	defer func() { restore() }()
 	res := newResources()
 	yaml := yamlFor(brokers, topic, txnID, dedupeExtra)
@@ -461,13 +457,9 @@ func testDedupeCommitReportedButAborted(t *testing.T, brokers []string, topic, t
 			return true
 		default:
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		return raised != nil
+		return fc.err() != nil
 	})
-	mu.Lock()
-	stopped := raised
-	mu.Unlock()
+	stopped := fc.err()
 	if returned && werr == nil {
 		t.Fatal("an epoch the broker aborted was acknowledged as committed")
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -215,11 +214,7 @@ func TestKafkaTimedOutWhileDown(t *testing.T) {
 // aborted and nacked, the slot re-initialised, and the output carries on.
 func TestKafkaOwnTimeoutNotZombie(t *testing.T) {
 	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
-		var (
-			mu     sync.Mutex
-			raised error
-		)
-		restore := fatal.SetHandler(func(err error) { mu.Lock(); raised = err; mu.Unlock() })
+		fc, restore := catchFatal()
 		defer restore()
 		res := newResources()
 		yaml := strings.Replace(env.yaml("commit_timeout: 500ms\n"), "transaction_timeout: 30s\n", "transaction_timeout: 3s\n", 1)
@@ -247,9 +242,7 @@ func TestKafkaOwnTimeoutNotZombie(t *testing.T) {
 				t.Fatalf("after our own timeout: %v", err)
 			}
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if raised != nil {
+		if raised := fc.err(); raised != nil {
 			t.Fatalf("own timeout raised fatal: %v", raised)
 		}
 		if r, _ := slotRecord(t, o, 1); r.Epoch == 1 && r.State != txnstate.Aborted {

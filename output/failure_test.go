@@ -66,11 +66,7 @@ func TestCascadeAbort(t *testing.T) {
 // first stops with a fatal error naming the id, and nothing it writes after
 // is visible.
 func TestZombieFenced(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		raised error
-	)
-	restore := fatal.SetHandler(func(err error) { mu.Lock(); raised = err; mu.Unlock() })
+	fc, restore := catchFatal()
 	defer restore()
 
 	c := newCluster(t)
@@ -94,11 +90,9 @@ func TestZombieFenced(t *testing.T) {
 	if !errors.As(err, &fatalErr) {
 		t.Fatalf("not raised as fatal: %v", err)
 	}
-	mu.Lock()
-	if raised == nil || !strings.Contains(raised.Error(), `"app-`) {
+	if raised := fc.err(); raised == nil || !strings.Contains(raised.Error(), `"app-`) {
 		t.Fatalf("fatal handler got %v", raised)
 	}
-	mu.Unlock()
 	if a.m.tally.get(metricFenced) != 1 {
 		t.Fatalf("fenced metric %d", a.m.tally.get(metricFenced))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/connect-eos/connect-eos/internal/fatal"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -158,6 +160,31 @@ func readCommittedRecords(t testing.TB, brokers []string, topic string, readQuie
 		}
 	}
 	return out
+}
+
+// fatalCatch stands in for fatal's handler (which exits the process) and
+// keeps the last error raised.
+type fatalCatch struct {
+	mu     sync.Mutex
+	raised error
+}
+
+// catchFatal installs a fatalCatch as fatal's handler; restore puts the
+// previous handler back.
+func catchFatal() (fc *fatalCatch, restore func()) {
+	fc = &fatalCatch{}
+	return fc, fatal.SetHandler(func(err error) {
+		fc.mu.Lock()
+		fc.raised = err
+		fc.mu.Unlock()
+	})
+}
+
+// err is the last error raised, nil before any.
+func (fc *fatalCatch) err() error {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.raised
 }
 
 // wait polls cond until it holds or d passes.

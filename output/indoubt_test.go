@@ -88,11 +88,7 @@ func testLostEndTxnAnswer(t *testing.T, brokers []string, topic, txnID string, a
 // holds the batch (never acked, never nacked before Close); the next start
 // resolves it.
 func TestUnknownEndTxnOutcomeStops(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		raised error
-	)
-	restore := fatal.SetHandler(func(err error) { mu.Lock(); raised = err; mu.Unlock() })
+	fc, restore := catchFatal()
 	defer restore()
 
 	c := newCluster(t)
@@ -115,12 +111,10 @@ func TestUnknownEndTxnOutcomeStops(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- o.WriteBatch(ctx, batchOf("doubt", 3)) }()
-	wait(t, 15*time.Second, "the fatal stop", func() bool { mu.Lock(); defer mu.Unlock(); return raised != nil })
-	mu.Lock()
-	if !errors.Is(raised, ErrInDoubt) || !strings.Contains(raised.Error(), `"app-1"`) {
+	wait(t, 15*time.Second, "the fatal stop", func() bool { return fc.err() != nil })
+	if raised := fc.err(); !errors.Is(raised, ErrInDoubt) || !strings.Contains(raised.Error(), `"app-1"`) {
 		t.Fatalf("raised %v", raised)
 	}
-	mu.Unlock()
 	select {
 	case err := <-done:
 		t.Fatalf("an in-doubt batch returned before Close: %v", err)
