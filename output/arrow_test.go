@@ -77,11 +77,12 @@ func sameRecord(want, got *kgo.Record) error {
 }
 
 // readRecords reads every committed record of topic (read_committed) until
-// nothing new arrived for 1.5s, by partition in offset order.
+// nothing new arrived for 2.5s (as readCommitted: 1.5s cut a copy short at a
+// load average of 48), by partition in offset order.
 func readRecords(t testing.TB, brokers []string, topic string) map[int32][]*kgo.Record {
 	t.Helper()
 	out := map[int32][]*kgo.Record{}
-	for _, r := range readCommittedRecords(t, brokers, topic, 1500*time.Millisecond, 60*time.Second) {
+	for _, r := range readCommittedRecords(t, brokers, topic, 2500*time.Millisecond, 60*time.Second) {
 		out[r.Partition] = append(out[r.Partition], r)
 	}
 	return out
