@@ -313,8 +313,8 @@ func TestDedupeLint(t *testing.T) {
 }
 
 // A replaying input as Benthos drives it, simulated: batches are read ahead
-// (two wait in the pipeline while the output writes one), a nacked batch goes
-// to a retry list that is served before new reads, and a restart reads from
+// (readAhead wait in the pipeline while the output writes one), a nacked batch goes
+// to a retry list that is served (in any order) before new reads, and a restart reads from
 // the beginning again. Some first deliveries fail (a record for a missing
 // topic aborts the epoch), so aborted positions are owed while later batches
 // arrive first; the output must end with every (key, position) exactly once.
@@ -328,7 +328,7 @@ func testDedupeReplaySimulation(t *testing.T, seed uint64) {
 	c := newCluster(t)
 	res := newResources()
 	yaml := baseYAML(c.ListenAddrs(), "app", dedupeExtra)
-	const perKey, batchSize = 120, 10
+	const perKey, batchSize, readAhead = 120, 10, 6
 	type src struct {
 		key  string
 		from int64
@@ -368,14 +368,18 @@ func testDedupeReplaySimulation(t *testing.T, seed uint64) {
 	)
 	shift := func() {
 		if len(retry) > 0 {
-			pipeline = append(pipeline, retry[0])
-			retry = retry[1:]
+			// Any nacked batch may come back first: Benthos' retry
+			// list re-queues a batch nacked again behind the others
+			// (the chaos suite's dedupe loss needed that order).
+			j := rng.IntN(len(retry))
+			pipeline = append(pipeline, retry[j])
+			retry = append(retry[:j], retry[j+1:]...)
 		} else if next < len(all) {
 			pipeline = append(pipeline, item{next})
 			next++
 		}
 	}
-	for range 3 {
+	for range readAhead {
 		shift()
 	}
 	for len(pipeline) > 0 {
@@ -387,7 +391,7 @@ func testDedupeReplaySimulation(t *testing.T, seed uint64) {
 			_ = o.Close(ctx)
 			o = newOut()
 			next, retry, pipeline = 0, nil, nil
-			for range 3 {
+			for range readAhead {
 				shift()
 			}
 			continue
