@@ -249,3 +249,98 @@ func ClassifyFence(pid int64, e int16, tv TxnVersion, o Observation) FenceKind {
 	}
 	return FenceZombie
 }
+
+// CommitCheck is what the broker's state right after an EndTxn(commit) that
+// the client reported successful says about that commit (CheckCommit).
+type CommitCheck uint8
+
+const (
+	// CommitConfirmed: PrepareCommit or CompleteCommit at the producer id
+	// and the epoch the EndTxn left: e under TV0, e+1 under TV2 (or, TV2
+	// at the epoch limit, the new producer id at epoch 0).
+	CommitConfirmed CommitCheck = iota
+	// CommitEmpty: Empty at that producer id and epoch. Apache Kafka never
+	// shows it there (its EndTxn leaves Prepare*/Complete*, measured on
+	// 4.3.1 under both versions); kfake shows it after a commit and after
+	// an abort alike. The caller asks a raw EndTxn(commit) retry with the
+	// stored producer id and epoch: NONE only if the transaction ended
+	// committed (kfake and Apache Kafka agree on that).
+	CommitEmpty
+	// CommitNotApplied: the transaction is still open at e, ended without
+	// a commit (PrepareAbort/CompleteAbort at e or, TV2, e+1), Empty at e
+	// after a TV2 bump, or was aborted by the coordinator: the EndTxn did
+	// not commit it. The in-doubt path decides.
+	CommitNotApplied
+	// CommitNotOurs: another producer id, or a later epoch than this
+	// EndTxn can have left: another producer initialised the id after it
+	// (its next request is fenced). Nothing here tells the commit apart.
+	CommitNotOurs
+)
+
+var commitCheckNames = [...]string{"confirmed", "empty", "not applied", "not ours"}
+
+func (c CommitCheck) String() string {
+	if int(c) < len(commitCheckNames) {
+		return commitCheckNames[c]
+	}
+	return fmt.Sprintf("check(%d)", c)
+}
+
+// CheckCommit classifies the broker's state o for r's transactional id right
+// after an EndTxn(commit) the client reported successful, before the epoch is
+// acked. clientPID/clientEpoch are what the client reports after the EndTxn
+// (ok false if it could not say). It also returns the transaction version the
+// EndTxn ran under, as the broker shows it (for Confirmed and Empty): a commit
+// at e is TV0, at e+1 TV2, whatever r stored (a cluster upgraded or
+// downgraded under the slot).
+//
+// Under TV2 the client's epoch bump alone proves nothing: an abort bumps it
+// too (Apache Kafka 4.3.1: CompleteAbort or PrepareAbort at e+1 right after a
+// TV2 abort, as CompleteCommit or PrepareCommit at e+1 after a commit). The
+// rows, e = r.ProducerEpoch, TV2 meaning the client reported e+1 (or r is TV2):
+//
+//	PrepareCommit/CompleteCommit at e, no bump        confirmed, TV0
+//	PrepareCommit/CompleteCommit at e+1, TV2          confirmed, TV2
+//	Empty at e without, or at e+1 after, the bump     empty (ask the retry)
+//	anything else at e, or at e+1 under TV2           not applied
+//	    (under TV2 a commit at e is the previous
+//	    transaction's, which ended at our e)
+//	Decide says aborted (a coordinator abort)         not applied
+//	another producer id, a later epoch                not ours
+//
+// At the TV2 epoch limit (e >= MaxInt16-1) the EndTxn returns a new producer
+// id at epoch 0; the client reporting it, the rows above apply to that id at
+// epoch 0 in place of e+1.
+func CheckCommit(r Record, clientPID int64, clientEpoch int16, ok bool, o Observation) (CommitCheck, TxnVersion) {
+	e := int32(r.ProducerEpoch)
+	oe := int32(o.ProducerEpoch)
+	committed := o.State == BrokerCompleteCommit || o.State == BrokerPrepareCommit
+	bumped := ok && clientPID == r.ProducerID && int32(clientEpoch) == e+1
+	overflow := ok && clientPID != r.ProducerID && clientEpoch == 0 && e >= math.MaxInt16-1
+	if o.ProducerID != r.ProducerID {
+		if !overflow || o.ProducerID != clientPID || oe != 0 {
+			return CommitNotOurs, r.TxnVersion
+		}
+		switch {
+		case committed:
+			return CommitConfirmed, TV2
+		case o.State == BrokerEmpty:
+			return CommitEmpty, TV2
+		}
+		return CommitNotApplied, TV2
+	}
+	tv2 := bumped || r.TxnVersion == TV2
+	switch {
+	case committed && oe == e && !bumped:
+		return CommitConfirmed, TV0
+	case committed && oe == e+1 && tv2:
+		return CommitConfirmed, TV2
+	case o.State == BrokerEmpty && oe == e && !bumped:
+		return CommitEmpty, r.TxnVersion
+	case o.State == BrokerEmpty && oe == e+1 && bumped:
+		return CommitEmpty, TV2
+	case oe == e, oe == e+1 && tv2, Decide(r, o) == FoundAborted:
+		return CommitNotApplied, r.TxnVersion
+	}
+	return CommitNotOurs, r.TxnVersion
+}

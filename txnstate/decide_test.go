@@ -219,3 +219,64 @@ func TestCheckTiming(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// The rows of CheckCommit; the broker states after a TV2 commit and abort are
+// the ones measured on Apache Kafka 4.3.1 (output's TestKafkaEndTxnDescribe).
+func TestCheckCommit(t *testing.T) {
+	const pid, e = 1000, 5
+	type client struct {
+		pid int64
+		e   int16
+		ok  bool
+	}
+	kept, bump, unknown := client{pid, e, true}, client{pid, e + 1, true}, client{}
+	for _, tc := range []struct {
+		name   string
+		r      Record
+		c      client
+		o      Observation
+		want   CommitCheck
+		wantTV TxnVersion
+	}{
+		// TV0: the epoch stays.
+		{"tv0 commit", rec(TV0, pid, e), kept, obs(BrokerCompleteCommit, pid, e), CommitConfirmed, TV0},
+		{"tv0 prepare commit", rec(TV0, pid, e), kept, obs(BrokerPrepareCommit, pid, e), CommitConfirmed, TV0},
+		{"tv0 abort", rec(TV0, pid, e), kept, obs(BrokerCompleteAbort, pid, e), CommitNotApplied, TV0},
+		{"tv0 prepare abort", rec(TV0, pid, e), kept, obs(BrokerPrepareAbort, pid, e), CommitNotApplied, TV0},
+		{"tv0 still open", rec(TV0, pid, e), kept, obs(BrokerOngoing, pid, e), CommitNotApplied, TV0},
+		{"tv0 empty (kfake)", rec(TV0, pid, e), kept, obs(BrokerEmpty, pid, e), CommitEmpty, TV0},
+		{"tv0 coordinator abort", rec(TV0, pid, e), kept, obs(BrokerCompleteAbort, pid, e+1), CommitNotApplied, TV0},
+		{"tv0 commit at e+1 (another producer's)", rec(TV0, pid, e), kept, obs(BrokerCompleteCommit, pid, e+1), CommitNotOurs, TV0},
+		{"tv0 other pid", rec(TV0, pid, e), kept, obs(BrokerCompleteCommit, pid+1, 0), CommitNotOurs, TV0},
+
+		// TV2: the EndTxn bumps the epoch, for a commit and an abort.
+		{"tv2 commit", rec(TV2, pid, e), bump, obs(BrokerCompleteCommit, pid, e+1), CommitConfirmed, TV2},
+		{"tv2 prepare commit", rec(TV2, pid, e), bump, obs(BrokerPrepareCommit, pid, e+1), CommitConfirmed, TV2},
+		{"tv2 commit, client silent", rec(TV2, pid, e), unknown, obs(BrokerCompleteCommit, pid, e+1), CommitConfirmed, TV2},
+		{"tv2 abort", rec(TV2, pid, e), bump, obs(BrokerCompleteAbort, pid, e+1), CommitNotApplied, TV2},
+		{"tv2 prepare abort", rec(TV2, pid, e), bump, obs(BrokerPrepareAbort, pid, e+1), CommitNotApplied, TV2},
+		{"tv2 empty after the bump (kfake)", rec(TV2, pid, e), bump, obs(BrokerEmpty, pid, e+1), CommitEmpty, TV2},
+		{"tv2 empty, no bump", rec(TV2, pid, e), unknown, obs(BrokerEmpty, pid, e+1), CommitNotApplied, TV2},
+		{"tv2 no EndTxn sent: still open", rec(TV2, pid, e), kept, obs(BrokerOngoing, pid, e), CommitNotApplied, TV2},
+		{"tv2 previous commit at e after the bump", rec(TV2, pid, e), bump, obs(BrokerCompleteCommit, pid, e), CommitNotApplied, TV2},
+		{"tv2 coordinator abort at e+2", rec(TV2, pid, e), bump, obs(BrokerCompleteAbort, pid, e+2), CommitNotApplied, TV2},
+		{"tv2 later epoch", rec(TV2, pid, e), bump, obs(BrokerOngoing, pid, e+2), CommitNotOurs, TV2},
+
+		// The version as the broker shows it, whatever was stored.
+		{"stored tv0, bumped commit", rec(TV0, pid, e), bump, obs(BrokerCompleteCommit, pid, e+1), CommitConfirmed, TV2},
+		{"stored tv0, bumped abort", rec(TV0, pid, e), bump, obs(BrokerCompleteAbort, pid, e+1), CommitNotApplied, TV0},
+		{"stored tv2, commit at e", rec(TV2, pid, e), kept, obs(BrokerCompleteCommit, pid, e), CommitConfirmed, TV0},
+
+		// TV2 at the epoch limit: a new producer id at epoch 0.
+		{"tv2 overflow commit", rec(TV2, pid, math.MaxInt16-1), client{pid + 1, 0, true}, obs(BrokerCompleteCommit, pid+1, 0), CommitConfirmed, TV2},
+		{"tv2 overflow abort", rec(TV2, pid, math.MaxInt16-1), client{pid + 1, 0, true}, obs(BrokerCompleteAbort, pid+1, 0), CommitNotApplied, TV2},
+		{"tv2 overflow empty (kfake)", rec(TV2, pid, math.MaxInt16-1), client{pid + 1, 0, true}, obs(BrokerEmpty, pid+1, 0), CommitEmpty, TV2},
+		{"tv2 overflow, broker shows another pid", rec(TV2, pid, math.MaxInt16-1), client{pid + 1, 0, true}, obs(BrokerCompleteCommit, pid+2, 0), CommitNotOurs, TV2},
+		{"new pid without the limit", rec(TV2, pid, e), client{pid + 1, 0, true}, obs(BrokerCompleteCommit, pid+1, 0), CommitNotOurs, TV2},
+	} {
+		got, tv := CheckCommit(tc.r, tc.c.pid, tc.c.e, tc.c.ok, tc.o)
+		if got != tc.want || (tv != tc.wantTV) {
+			t.Errorf("%s: %v TV%d, want %v TV%d", tc.name, got, tv, tc.want, tc.wantTV)
+		}
+	}
+}
