@@ -70,3 +70,11 @@ func TestK2KKafkaRestampAfterRebalance(t *testing.T) {
 		restampAfterRebalance(t, e, txnID)
 	})
 }
+
+// TestK2KKafkaCommitReportedButAborted: TestK2KCommitReportedButAborted on
+// Apache Kafka (TV2 failed before the commit check asked the broker).
+func TestK2KKafkaCommitReportedButAborted(t *testing.T) {
+	forEachK2KKafka(t, func(t *testing.T, e k2kTopics, txnID string) {
+		testK2KCommitReportedButAborted(t, e, txnID)
+	})
+}

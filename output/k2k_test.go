@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/input"
+	"github.com/connect-eos/connect-eos/internal/fatal"
 )
 
 const (
@@ -735,4 +737,110 @@ func membershipRebalance(t *testing.T, e k2kTopics, txnID string, n int) {
 	waitLag0(t, e, 120*time.Second)
 	stop(b, bDone)
 	checkCopyOf(t, e, n, func(int) bool { return true })
+}
+
+// TestK2KCommitReportedButAborted: EndTransaction(commit) returns nil, yet the
+// broker aborted the epoch (franz-go is made to abort it, as in
+// TestDedupeCommitReportedButAborted). Acked, the epoch's source offsets would
+// count as committed in the process: the input moves on and the next epoch
+// commits the group's offsets past records that never became visible. The
+// commit check must send it to the in-doubt path (nacked, or a stop), the
+// group must keep the previous epoch's offsets, and the replay after a restart
+// lands exactly once. Under TV2 it failed before the check asked the broker
+// (the abort's epoch bump was taken for a commit). On Apache Kafka:
+// TestK2KKafkaCommitReportedButAborted.
+func TestK2KCommitReportedButAborted(t *testing.T) {
+	for _, tv := range dedupeTVs {
+		t.Run(tv.name, func(t *testing.T) {
+			c := newCluster(t, append([]kfake.Opt{kfake.SeedTopics(3, k2kIn)}, tv.opts...)...)
+			testK2KCommitReportedButAborted(t, k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}, "k2k-aborted")
+		})
+	}
+}
+
+func testK2KCommitReportedButAborted(t *testing.T, e k2kTopics, txnID string) {
+	var (
+		mu     sync.Mutex
+		raised error
+	)
+	restore := fatal.SetHandler(func(err error) { mu.Lock(); raised = err; mu.Unlock() })
+	defer func() { restore() }()
+	span := func(prefix string, from, to int64) service.MessageBatch {
+		b := batchOf(prefix, int(to-from))
+		input.WithSpan(b, input.Span{Topic: e.in, Partition: 0, From: from, To: to, Generation: -1})
+		return b
+	}
+	res := newResources()
+	yaml := yamlFor(e.brokers, e.out, txnID, "consumer_group: "+e.grp+"\n")
+	a := newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// The input's hand-over: partition 0 starts at 0.
+	if err := a.CommitOffsets(ctx, map[string]map[int32]int64{e.in: {0: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WriteBatch(ctx, span("a", 0, 4)); err != nil {
+		t.Fatal(err)
+	}
+	a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
+		if how == kgo.TryCommit {
+			return cl.EndTransaction(ctx, kgo.TryAbort)
+		}
+		return cl.EndTransaction(ctx, how)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.WriteBatch(ctx, span("b", 4, 8)) }()
+	var werr error
+	returned := false
+	wait(t, 60*time.Second, "the epoch settled (nacked, or an in-doubt stop)", func() bool {
+		select {
+		case werr = <-done:
+			returned = true
+			return true
+		default:
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return raised != nil
+	})
+	mu.Lock()
+	stopped := raised
+	mu.Unlock()
+	if returned && werr == nil {
+		t.Fatal("an epoch the broker aborted was acknowledged as committed (its source offsets with it)")
+	}
+	t.Logf("settled: returned=%v err=%v stopped=%v", returned, werr, stopped)
+	if got := groupOffsets(t, e.brokers, e.grp, e.in); got[0] != 4 {
+		t.Fatalf("group offsets %v, want 0:4 (the aborted epoch's offsets are not committed)", got)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	_ = a.Close(cctx)
+	input.ReleaseCommitTakeover(res, e.grp, a)
+	restore()
+	restore = fatal.SetHandler(nil)
+
+	// The restart: the input resumes at the group's offset 4 and replays.
+	b := newTestOutput(t, res, yaml)
+	if err := b.CommitOffsets(ctx, map[string]map[int32]int64{e.in: {0: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteBatch(ctx, span("b", 4, 8)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, v := range readCommitted(t, e.brokers, e.out) {
+		got[v]++
+	}
+	for _, p := range []string{"a", "b"} {
+		for i := range 4 {
+			if v := fmt.Sprintf("%s-%d", p, i); got[v] != 1 {
+				t.Fatalf("%s visible %d times; all: %v", v, got[v], got)
+			}
+		}
+	}
+	if len(got) != 8 {
+		t.Fatalf("visible %v", got)
+	}
+	wait(t, 30*time.Second, "group offset 0:8", func() bool { return groupOffsets(t, e.brokers, e.grp, e.in)[0] == 8 })
 }
