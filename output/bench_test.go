@@ -77,3 +77,26 @@ func benchTarget(b *testing.B) ([]string, string) {
 	c := newCluster(b)
 	return c.ListenAddrs(), testTopic
 }
+
+// BenchmarkCommitCheck times what the commit check adds to every epoch under
+// TV2 (since it asks the broker there too): one DescribeTransactions of the
+// slot's transactional id, after a committed epoch, as verifyCommit sends it.
+// On kfake by default; on Apache Kafka with BENCH_KAFKA_TV=0|2 and the
+// matching KAFKA_BROKERS_TV<n>.
+//
+//	BENCH_KAFKA_TV=2 go test -run X -bench CommitCheck -benchtime 2000x ./output/
+func BenchmarkCommitCheck(b *testing.B) {
+	brokers, topic := benchTarget(b)
+	o := newTestOutput(b, newResources(), yamlFor(brokers, topic, "bench-check-"+strings.ReplaceAll(time.Now().Format("150405.000000"), ".", ""), ""))
+	ctx := context.Background()
+	if err := o.WriteBatch(ctx, batchOf("check", 1)); err != nil {
+		b.Fatal(err)
+	}
+	id := o.slots[0].id
+	b.ResetTimer()
+	for range b.N {
+		if _, err := o.describe(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
