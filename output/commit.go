@@ -389,7 +389,9 @@ var errCommitNotApplied = errors.New("EndTransaction returned success but the br
 // retry with the stored producer id and epoch (rawEndTxn), which answers NONE
 // only after a commit on kfake and on Apache Kafka: one more request, not the
 // in-doubt path (no stop, no re-initialised client), so kfake runs check every
-// epoch exactly as well.
+// epoch exactly as well. One kfake-only limitation: at the TV2 epoch limit
+// (a new producer id at epoch 0) kfake forgets the old id, the retry cannot
+// ask, and Empty at the new id is accepted (txnstate.CheckCommit).
 //
 // It also keeps the slot's transaction version honest: the broker showing the
 // commit at e means TV0, at e+1 TV2 (a cluster upgraded or downgraded under
