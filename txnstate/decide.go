@@ -262,9 +262,9 @@ const (
 	// CommitEmpty: Empty at that producer id and epoch. Apache Kafka never
 	// shows it there (its EndTxn leaves Prepare*/Complete*, measured on
 	// 4.3.1 under both versions); kfake shows it after a commit and after
-	// an abort alike. The caller asks a raw EndTxn(commit) retry with the
-	// stored producer id and epoch: NONE only if the transaction ended
-	// committed (kfake and Apache Kafka agree on that).
+	// an abort alike, so it cannot say. The caller decides (the output: a
+	// raw EndTxn(commit) retry with the stored producer id and epoch under
+	// TV0, accepted under TV2 as a kfake-only limitation).
 	CommitEmpty
 	// CommitNotApplied: the transaction is still open at e, ended without
 	// a commit (PrepareAbort/CompleteAbort at e or, TV2, e+1), Empty at e
@@ -301,7 +301,7 @@ func (c CommitCheck) String() string {
 //
 //	PrepareCommit/CompleteCommit at e, no bump        confirmed, TV0
 //	PrepareCommit/CompleteCommit at e+1, TV2          confirmed, TV2
-//	Empty at e without, or at e+1 after, the bump     empty (ask the retry)
+//	Empty at e without, or at e+1 after, the bump     empty (kfake only)
 //	anything else at e, or at e+1 under TV2           not applied
 //	    (under TV2 a commit at e is the previous
 //	    transaction's, which ended at our e)
