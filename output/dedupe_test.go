@@ -12,7 +12,6 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/connect-eos/connect-eos/internal/fatal"
@@ -445,30 +444,7 @@ func testDedupeCommitReportedButAborted(t *testing.T, brokers []string, topic, t
 	if err := a.WriteBatch(ctx, posBatch("a", 1, 3)); err != nil {
 		t.Fatal(err)
 	}
-	a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
-		if how == kgo.TryCommit {
-			return cl.EndTransaction(ctx, kgo.TryAbort)
-		}
-		return cl.EndTransaction(ctx, how)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.WriteBatch(ctx, posBatch("a", 4, 6)) }()
-	var werr error
-	returned := false
-	wait(t, 60*time.Second, "the epoch settled (nacked, or an in-doubt stop)", func() bool {
-		select {
-		case werr = <-done:
-			returned = true
-			return true
-		default:
-		}
-		return fc.err() != nil
-	})
-	stopped := fc.err()
-	if returned && werr == nil {
-		t.Fatal("an epoch the broker aborted was acknowledged as committed")
-	}
-	t.Logf("settled: returned=%v err=%v stopped=%v", returned, werr, stopped)
+	writeCommitTurnedAbort(ctx, t, a, posBatch("a", 4, 6), fc, "an epoch the broker aborted was acknowledged as committed")
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
 	_ = a.Close(cctx)

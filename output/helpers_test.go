@@ -216,3 +216,35 @@ func mustInterp(t testing.TB, s string) *service.InterpolatedString {
 	}
 	return is
 }
+
+// writeCommitTurnedAbort makes a's EndTransaction(commit) abort the
+// transaction while reporting success (franz-go's nil over a transaction the
+// broker did not commit), writes batch and waits until its epoch settled:
+// WriteBatch returned, or the output raised a fatal stop (fc). An epoch acked
+// on that nil fails the test with acked.
+func writeCommitTurnedAbort(ctx context.Context, t *testing.T, a *output, batch service.MessageBatch, fc *fatalCatch, acked string) {
+	t.Helper()
+	a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
+		if how == kgo.TryCommit {
+			return cl.EndTransaction(ctx, kgo.TryAbort)
+		}
+		return cl.EndTransaction(ctx, how)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.WriteBatch(ctx, batch) }()
+	var werr error
+	returned := false
+	wait(t, 60*time.Second, "the epoch settled (nacked, or an in-doubt stop)", func() bool {
+		select {
+		case werr = <-done:
+			returned = true
+			return true
+		default:
+		}
+		return fc.err() != nil
+	})
+	if returned && werr == nil {
+		t.Fatal(acked)
+	}
+	t.Logf("settled: returned=%v err=%v stopped=%v", returned, werr, fc.err())
+}

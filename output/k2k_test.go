@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -756,11 +755,7 @@ func TestK2KCommitReportedButAborted(t *testing.T) {
 }
 
 func testK2KCommitReportedButAborted(t *testing.T, e k2kTopics, txnID string) {
-	var (
-		mu     sync.Mutex
-		raised error
-	)
-	restore := fatal.SetHandler(func(err error) { mu.Lock(); raised = err; mu.Unlock() })
+	fc, restore := catchFatal()
 	defer func() { restore() }()
 	span := func(prefix string, from, to int64) service.MessageBatch {
 		b := batchOf(prefix, int(to-from))
@@ -779,34 +774,7 @@ func testK2KCommitReportedButAborted(t *testing.T, e k2kTopics, txnID string) {
 	if err := a.WriteBatch(ctx, span("a", 0, 4)); err != nil {
 		t.Fatal(err)
 	}
-	a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
-		if how == kgo.TryCommit {
-			return cl.EndTransaction(ctx, kgo.TryAbort)
-		}
-		return cl.EndTransaction(ctx, how)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.WriteBatch(ctx, span("b", 4, 8)) }()
-	var werr error
-	returned := false
-	wait(t, 60*time.Second, "the epoch settled (nacked, or an in-doubt stop)", func() bool {
-		select {
-		case werr = <-done:
-			returned = true
-			return true
-		default:
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		return raised != nil
-	})
-	mu.Lock()
-	stopped := raised
-	mu.Unlock()
-	if returned && werr == nil {
-		t.Fatal("an epoch the broker aborted was acknowledged as committed (its source offsets with it)")
-	}
-	t.Logf("settled: returned=%v err=%v stopped=%v", returned, werr, stopped)
+	writeCommitTurnedAbort(ctx, t, a, span("b", 4, 8), fc, "an epoch the broker aborted was acknowledged as committed (its source offsets with it)")
 	if got := groupOffsets(t, e.brokers, e.grp, e.in); got[0] != 4 {
 		t.Fatalf("group offsets %v, want 0:4 (the aborted epoch's offsets are not committed)", got)
 	}
