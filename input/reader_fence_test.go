@@ -47,27 +47,33 @@ func TestFetchLoopDropsRecordsOfAReassignedPartition(t *testing.T) {
 	oldID, ok := tr.ownerFor(p, tr.endPoll())
 	require.True(t, ok)
 
-	got, stop := make(chan []readyBatch), make(chan struct{})
-	go func() {
-		var bs []readyBatch
-		// The partition is lost and assigned again before the first
-		// batch is taken, so process is blocked in send meanwhile.
-		tr.remove([]tp{p})
-		tr.add([]*partPlan{{tp: p, start: 40, stop: noStop, committed: 40}}, time.Now())
-		bs = append(bs, <-out)
-		for {
-			select {
-			case b := <-out:
-				bs = append(bs, b)
-			case <-stop: // process returned: every send was taken
-				got <- bs
-				return
-			}
+	// process runs on its own; the test waits until it has advanced the
+	// tracking past the first batch (its next step is the blocked send),
+	// and only then loses and reassigns the partition. Reassigning any
+	// earlier would leave process nothing to send at all.
+	done := make(chan bool, 1)
+	go func() { done <- f.process(context.Background(), p, oldID, recordsAt(p, 100, 112), time.Now()) }()
+	require.Eventually(t, func() bool {
+		pos, _, _ := tr.position(p)
+		return pos == 104
+	}, 30*time.Second, time.Millisecond, "process advances to the end of its first batch")
+	tr.remove([]tp{p})
+	tr.add([]*partPlan{{tp: p, start: 40, stop: noStop, committed: 40}}, time.Now())
+
+	var bs []readyBatch
+	timeout := time.After(30 * time.Second)
+collect:
+	for {
+		select {
+		case b := <-out:
+			bs = append(bs, b)
+		case ok := <-done: // every send was taken before process returned
+			require.True(t, ok)
+			break collect
+		case <-timeout:
+			t.Fatalf("process did not return; batches taken: %d", len(bs))
 		}
-	}()
-	require.True(t, f.process(context.Background(), p, oldID, recordsAt(p, 100, 112), time.Now()))
-	close(stop)
-	bs := <-got
+	}
 
 	require.Len(t, bs, 1, "only the batch already handed over leaves; the rest belongs to no assignment")
 	assert.Equal(t, int64(100), bs[0].sp.from)
