@@ -37,7 +37,10 @@ type config struct {
 	group         string
 	membership    bool
 	revokeTimeout time.Duration
-	readCommitted bool
+	// session, rebalance and heartbeat are the group's timeouts
+	// (group_membership only).
+	session, rebalance, heartbeat time.Duration
+	readCommitted                 bool
 
 	start        string
 	startOffsets map[tp]int64
@@ -158,6 +161,24 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 	}
 	if c.revokeTimeout, err = conf.FieldDuration(knFieldRevokeTimeout); err != nil {
 		return nil, err
+	}
+	if c.session, err = conf.FieldDuration(knFieldSessionTimeout); err != nil {
+		return nil, err
+	}
+	if c.rebalance, err = conf.FieldDuration(knFieldRebalanceTimeout); err != nil {
+		return nil, err
+	}
+	if c.heartbeat, err = conf.FieldDuration(knFieldHeartbeatInterval); err != nil {
+		return nil, err
+	}
+	if c.membership {
+		// The lint rules' checks, for configs built without lint.
+		if c.heartbeat >= c.session {
+			return nil, fmt.Errorf("field %s (%v) must be shorter than %s (%v)", knFieldHeartbeatInterval, c.heartbeat, knFieldSessionTimeout, c.session)
+		}
+		if 2*c.revokeTimeout >= c.rebalance {
+			return nil, fmt.Errorf("field %s (%v) must be less than half of %s (%v): a revoke waits up to it twice", knFieldRevokeTimeout, c.revokeTimeout, knFieldRebalanceTimeout, c.rebalance)
+		}
 	}
 	iso, err := conf.FieldString(knFieldIsolationLevel)
 	if err != nil {

@@ -81,6 +81,9 @@ func (g *groupMember) Assignment(topic string, partition int32) (uint64, int32, 
 func (g *groupMember) opts() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.ConsumerGroup(g.cfg.group),
+		kgo.SessionTimeout(g.cfg.session),
+		kgo.RebalanceTimeout(g.cfg.rebalance),
+		kgo.HeartbeatInterval(g.cfg.heartbeat),
 		kgo.ConsumeTopics(g.cfg.topicOrder...),
 		kgo.DisableAutoCommit(),
 		kgo.OnPartitionsAssigned(g.assigned),

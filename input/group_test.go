@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +15,8 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/connect-eos/connect-eos/integration/kafkatest"
 )
 
 // consume reads and acks from h until ctx ends, recording every message.
@@ -185,4 +191,102 @@ revoke_ack_timeout: 300ms
 	wait(t, 10*time.Second, func() bool {
 		return e.committed(t, group, topic, kept) == 10 && e.committed(t, group, topic, moved) == 10
 	})
+}
+
+// A session_timeout the broker refuses (below group.min.session.timeout.ms,
+// 6s on Kafka and kfake alike) stops the stream with an error naming the
+// field, instead of kgo rejoining with it forever.
+func scenarioGroupSessionTimeoutRefused(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+group_membership: true
+start_offset: committed
+session_timeout: 2s
+heartbeat_interval: 500ms
+`, topic, uniq(t, "g")))
+	h.mustConnect()
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	_, _, err := h.in.ReadBatch(ctx)
+	require.Error(t, err)
+	var ce *ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, knFieldSessionTimeout, ce.Field)
+	assert.Contains(t, err.Error(), "2s")
+	select {
+	case <-h.fatal:
+	case <-time.After(time.Second):
+		t.Fatal("a refused session_timeout is not fatal")
+	}
+}
+
+// session_timeout reaches the group: a member whose process is killed
+// (SIGKILL: it never leaves the group) is dropped by the coordinator after
+// its session_timeout of 6s, well before the default 45s would expire, so
+// that its partitions go to the other members that soon.
+func scenarioGroupSessionTimeoutKill(t *testing.T, e *env) {
+	topic := e.topic(t, 2)
+	group := uniq(t, "g")
+	conf := filepath.Join(t.TempDir(), "member.yaml")
+	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, `
+input:
+  kafka_native:
+    seed_brokers: [ %s ]
+    topics: [ %s ]
+    consumer_group: %s
+    group_membership: true
+    start_offset: committed
+    session_timeout: 6s
+    heartbeat_interval: 1s
+output:
+  drop: {}
+logger:
+  level: warn
+`, strings.Join(e.brokers, ","), topic, group), 0o600))
+	// The process's output goes to a file, read when a wait fails.
+	logPath := filepath.Join(filepath.Dir(conf), "member.log")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	defer logFile.Close()
+	output := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+	cmd := exec.Command(kafkatest.Binary(t), "run", conf)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	require.NoError(t, cmd.Start())
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	members := func() (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		gs, err := e.adm.DescribeGroups(ctx, group)
+		if err != nil || gs.Error() != nil {
+			return -1, fmt.Sprint(err, gs.Error())
+		}
+		g := gs[group]
+		return len(g.Members), g.State
+	}
+	waitFor(t, 60*time.Second, func() string {
+		n, state := members()
+		if n == 1 && state == "Stable" {
+			return ""
+		}
+		return fmt.Sprintf("%d members, %s; output:\n%s", n, state, output())
+	})
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	killed = true
+	killedAt := time.Now()
+	waitFor(t, 30*time.Second, func() string {
+		if n, state := members(); n != 0 {
+			return fmt.Sprintf("the killed member is still in the group after %v (%d members, %s): session_timeout 6s was not applied (the default is 45s)", time.Since(killedAt).Round(time.Second), n, state)
+		}
+		return ""
+	})
+	t.Logf("the killed member left the group %v after the kill", time.Since(killedAt).Round(100*time.Millisecond))
 }

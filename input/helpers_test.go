@@ -213,10 +213,26 @@ func (e *env) waitEnd(t testing.TB, topic string, partition int32, want int64) {
 
 func wait(t testing.TB, d time.Duration, cond func() bool) {
 	t.Helper()
+	waitFor(t, d, func() string {
+		if cond() {
+			return ""
+		}
+		return "condition not met"
+	})
+}
+
+// waitFor polls cond until it returns "" and fails the test with its last
+// answer after d.
+func waitFor(t testing.TB, d time.Duration, cond func() string) {
+	t.Helper()
 	deadline := time.Now().Add(d)
-	for !cond() {
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", d)
+			t.Fatalf("within %v: %s", d, why)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

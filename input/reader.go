@@ -346,6 +346,11 @@ func (f *fetchLoop) handleErrors(ctx context.Context, fetches kgo.Fetches) error
 		p := tp{topic, partition}
 		var loss *kgo.ErrDataLoss
 		switch {
+		case errors.Is(err, kerr.InvalidSessionTimeout):
+			// The group refused the join (kgo reports group errors
+			// as a fetch error of no partition); kgo would rejoin
+			// with the same timeout forever.
+			fatalErr = &ConfigError{Field: knFieldSessionTimeout, Err: fmt.Errorf("group %s refused session_timeout %v (the broker's group.min.session.timeout.ms and group.max.session.timeout.ms bound it): %w", f.cfg.group, f.cfg.session, err)}
 		case isFatal(err):
 			fatalErr = fmt.Errorf("fetching %s: %w", p, err)
 		case errors.Is(err, kerr.OffsetOutOfRange):

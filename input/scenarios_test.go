@@ -49,6 +49,8 @@ var scenarios = []struct {
 	{"GroupRebalance", scenarioGroupRebalance},
 	{"GroupRestore", scenarioGroupRestore},
 	{"GroupRevokeUnacked", scenarioGroupRevokeUnacked},
+	{"GroupSessionTimeoutRefused", scenarioGroupSessionTimeoutRefused},
+	{"GroupSessionTimeoutKill", scenarioGroupSessionTimeoutKill},
 }
 
 func TestScenariosKfake(t *testing.T) {

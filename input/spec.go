@@ -17,6 +17,11 @@ package input
 import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	// The lint rule below uses parse_duration, a method of the pure bundle,
+	// which must be registered before this package's spec is (see the same
+	// import in output/spec.go).
+	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
+
 	"github.com/connect-eos/connect-eos/internal/kafkaconf"
 )
 
@@ -30,6 +35,9 @@ const (
 	knFieldConsumerGroup       = "consumer_group"
 	knFieldGroupMembership     = "group_membership"
 	knFieldRevokeTimeout       = "revoke_ack_timeout"
+	knFieldSessionTimeout      = "session_timeout"
+	knFieldRebalanceTimeout    = "rebalance_timeout"
+	knFieldHeartbeatInterval   = "heartbeat_interval"
 	knFieldIsolationLevel      = "isolation_level"
 	knFieldStartOffset         = "start_offset"
 	knFieldStartOffsets        = "start_offsets"
@@ -80,6 +88,11 @@ let start = this.start_offset | "earliest"
 let stop = this.stop_offset | "none"
 let reset = this.reset_offset | "earliest"
 let group = this.consumer_group | ""
+let member = this.group_membership | false
+let session = (this.session_timeout | "45s").parse_duration().catch(0)
+let rebalance = (this.rebalance_timeout | "1m").parse_duration().catch(0)
+let heartbeat = (this.heartbeat_interval | "3s").parse_duration().catch(0)
+let revoke = (this.revoke_ack_timeout | "10s").parse_duration().catch(0)
 root = match {
   $start == "committed" && $group == "" => [ "start_offset committed needs a consumer_group: the committed offsets are the group's" ],
   $reset == "none" && $start != "committed" && $start != "specific" => [ "reset_offset none applies only to start_offset committed or specific" ],
@@ -90,6 +103,8 @@ root = match {
   (this.stop_at_high_watermark | false) && $stop != "latest" => [ "stop_at_high_watermark applies only to stop_offset latest" ],
   (this.group_membership | false) && ($group == "" || $stop != "none" || $start != "committed") => [ "group_membership needs a consumer_group, stop_offset none and start_offset committed" ],
   (this.group_membership | false) && (this.topics | []).any(t -> t.contains(":")) => [ "group_membership reads whole topics: the group assigns the partitions" ],
+  $member && $heartbeat >= $session => [ "heartbeat_interval must be shorter than session_timeout (a third of it or less is usual): the coordinator drops a member whose heartbeats are further apart" ],
+  $member && $revoke * 2 >= $rebalance => [ "revoke_ack_timeout must be less than half of rebalance_timeout: a revoke waits up to revoke_ack_timeout for acks and again for the output's epochs, and a member that takes longer than rebalance_timeout is dropped from the group" ],
   (this.format | "message") == "arrow" && (this.tombstones | "emit") == "fail" => [ "tombstones fail cannot apply to one record of an Arrow message (format arrow): use emit (null values are kept) or drop" ],
   _ => [],
 }
@@ -160,8 +175,20 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Description("Join `consumer_group` as a member, so that several processes with the same group share the partitions of `topics` (the group balances them). Only for unbounded reads (`stop_offset: none`) starting at `start_offset: committed` from whole topics. On a revoke the input waits up to `revoke_ack_timeout` for the batches of the revoked partitions to be acknowledged, commits synchronously and lets them go; acknowledgements that arrive later are ignored (the new owner reads those records again: at-least-once, or exactly-once with a `kafka_eos` output committing this group's offsets, which then finishes the epochs holding the revoked partitions' records before the rebalance goes on and drops their later batches). A lost partition (session expired) commits nothing. Default false: partitions are assigned directly and the group is only an offset store.").
 				Default(false),
 			service.NewDurationField(knFieldRevokeTimeout).
-				Description("With `group_membership`, how long a revoke waits for the batches of the revoked partitions to be acknowledged before committing what was, and then (with a `kafka_eos` output committing this group's offsets) how long it waits for that output's epochs holding their records to finish. Keep it below the group's rebalance timeout. Default 10s.").
+				Description("With `group_membership`, how long a revoke waits for the batches of the revoked partitions to be acknowledged before committing what was, and then (with a `kafka_eos` output committing this group's offsets) how long it waits for that output's epochs holding their records to finish. A revoke can take twice this, so it must be less than half of `rebalance_timeout` (a lint rule checks). Default 10s.").
 				Default("10s").
+				Advanced(),
+			service.NewDurationField(knFieldSessionTimeout).
+				Description("With `group_membership`, how long the group coordinator waits without a heartbeat from this member before it drops it and gives its partitions to the others: the partitions of a process that crashed are read by nobody for that long. The broker accepts values between its `group.min.session.timeout.ms` (6s by default) and `group.max.session.timeout.ms` (30m by default) and fails the join otherwise, which stops the stream with an error naming this field. Default 45s, as the Java consumer and franz-go.").
+				Default("45s").
+				Advanced(),
+			service.NewDurationField(knFieldRebalanceTimeout).
+				Description("With `group_membership`, how long the coordinator waits for every member to rejoin in a rebalance, which includes the time this input spends finishing a revoke (see `revoke_ack_timeout`); a member that takes longer is dropped from the group. Default 1m, as franz-go.").
+				Default("1m").
+				Advanced(),
+			service.NewDurationField(knFieldHeartbeatInterval).
+				Description("With `group_membership`, how often this member sends a heartbeat to the coordinator, which is also how soon it learns of a rebalance. Must be shorter than `session_timeout`; a third of it or less is usual. Default 3s, as the Java consumer and franz-go.").
+				Default("3s").
 				Advanced(),
 			service.NewStringEnumField(knFieldIsolationLevel, isolationReadCommitted, isolationReadUncommitted).
 				Description("`read_committed` (the default) emits only records of committed transactions and non-transactional records; `read_uncommitted` also emits records of open and aborted transactions.").

@@ -34,6 +34,9 @@ func TestSpecLintRules(t *testing.T) {
 		{"membership bounded", "topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true\nstop_offset: latest", "group_membership needs"},
 		{"membership pinned", "topics: [ 'a:0' ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true", "group_membership reads whole topics"},
 		{"membership ok", "topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true", ""},
+		{"membership timeouts ok", "topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true\nsession_timeout: 6s\nheartbeat_interval: 2s\nrebalance_timeout: 30s\nrevoke_ack_timeout: 14s", ""},
+		{"heartbeat not below session", "topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true\nsession_timeout: 6s\nheartbeat_interval: 6s", "heartbeat_interval must be shorter than session_timeout"},
+		{"revoke too long for rebalance", "topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true\nrebalance_timeout: 20s", "revoke_ack_timeout must be less than half of rebalance_timeout"},
 		{"sasl plain without password", "topics: [ a ]\nsasl: { mechanism: PLAIN, username: u }", "sasl.password is required"},
 	}
 	for _, tt := range tests {
@@ -60,6 +63,8 @@ func TestConfigValidation(t *testing.T) {
 		{"topics: [ 'a:0' ]\nstart_offset: specific\nstart_offsets: { 'b:0': 1 }", "b:0 is not among the partitions read"},
 		{"topics: [ ]", "at least one topic"},
 		{"topics: [ a ]\nmax_batch_records: 0", "must be at least 1"},
+		{"topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true\nsession_timeout: 3s", "heartbeat_interval (3s) must be shorter than session_timeout (3s)"},
+		{"topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true\nrevoke_ack_timeout: 30s", "revoke_ack_timeout (30s) must be less than half of rebalance_timeout (1m0s)"},
 	} {
 		pc, err := Spec().ParseYAML("seed_brokers: [ x:1 ]\n"+tt.conf, nil)
 		require.NoError(t, err, tt.conf)
