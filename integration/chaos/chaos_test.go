@@ -172,8 +172,8 @@ func binary(t *testing.T) string {
 // 1to1-arrow (1to1 with both sides in Arrow mode: kafka_native format: arrow,
 // kafka_eos input_format: arrow, each row keeping its partition) and,
 // on demand (CHAOS_RUNS), 2to3-unbounded (group membership, no stop: every
-// kill is a rebalance; slow, a dead member holds its partitions for the
-// 45 s session timeout).
+// kill is a rebalance; slower, a dead member holds its partitions for its
+// 10 s session timeout).
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos suite is not short")
@@ -338,8 +338,10 @@ input:
 	}
 	if c.unbounded() {
 		// The group balances the partitions between the processes; a
-		// kill or a new process is a rebalance.
-		b.WriteString("    stop_offset: none\n    group_membership: true\n")
+		// kill or a new process is a rebalance. A killed member's
+		// partitions wait for its session to time out: 10s rather
+		// than the default 45s.
+		b.WriteString("    stop_offset: none\n    group_membership: true\n    session_timeout: 10s\n    heartbeat_interval: 1s\n")
 	} else {
 		b.WriteString("    stop_offset: latest\n")
 	}
