@@ -45,20 +45,6 @@ func saslConf(user, pass string) string {
 	return fmt.Sprintf("sasl: { mechanism: PLAIN, username: %s, password: %s }\n", user, pass)
 }
 
-func requireFatal(t *testing.T, h *harness, err error, want error) {
-	t.Helper()
-	require.Error(t, err)
-	var fe *fatal.Error
-	require.ErrorAs(t, err, &fe, "not raised as fatal: %v", err)
-	if want != nil {
-		require.ErrorIs(t, err, want)
-	}
-	select {
-	case <-h.fatal:
-	case <-time.After(2 * time.Second):
-		t.Fatal("the fatal handler was not called")
-	}
-}
 
 // kfake closes the connection on bad credentials, which a client cannot tell
 // from a broker going away; Apache Kafka answers SASL_AUTHENTICATION_FAILED.

@@ -207,19 +207,12 @@ session_timeout: 2s
 heartbeat_interval: 500ms
 `, topic, uniq(t, "g")))
 	h.mustConnect()
-	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-	defer cancel()
-	_, _, err := h.in.ReadBatch(ctx)
-	require.Error(t, err)
+	err := h.readError()
+	requireFatal(t, h, err, nil)
 	var ce *ConfigError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, knFieldSessionTimeout, ce.Field)
 	assert.Contains(t, err.Error(), "2s")
-	select {
-	case <-h.fatal:
-	case <-time.After(time.Second):
-		t.Fatal("a refused session_timeout is not fatal")
-	}
 }
 
 // session_timeout reaches the group: a member whose process is killed

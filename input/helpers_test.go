@@ -293,6 +293,39 @@ func (e *env) newInputWith(t testing.TB, yaml string, res *service.Resources) *h
 	return h
 }
 
+// requireFatal checks that err stopped the stream through the fatal path:
+// it is a *fatal.Error (wrapping want, when given) and the fatal handler was
+// called.
+func requireFatal(t *testing.T, h *harness, err error, want error) {
+	t.Helper()
+	require.Error(t, err)
+	var fe *fatal.Error
+	require.ErrorAs(t, err, &fe, "not raised as fatal: %v", err)
+	if want != nil {
+		require.ErrorIs(t, err, want)
+	}
+	select {
+	case <-h.fatal:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the fatal handler was not called")
+	}
+}
+
+// readError reads until ReadBatch fails (within readTimeout) and returns the
+// error.
+func (h *harness) readError() error {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	for {
+		_, ack, err := h.in.ReadBatch(ctx)
+		if err != nil {
+			return err
+		}
+		_ = ack(ctx, nil)
+	}
+}
+
 // connect calls Connect until it succeeds or fails fatally, as Benthos does
 // (a group coordinator still loading answers COORDINATOR_NOT_AVAILABLE).
 func (h *harness) connect() error {

@@ -218,19 +218,13 @@ stop_at_high_watermark: true
 high_watermark_wait_timeout: 1s
 `, topic))
 	err := h.connect()
-	require.Error(t, err)
+	requireFatal(t, h, err, nil)
 	var ot *OpenTransactionError
 	require.ErrorAs(t, err, &ot)
 	assert.Contains(t, err.Error(), topic+":0 below stop 4")
 	// The error names the blocking producer and its transactional.id.
 	assert.Contains(t, err.Error(), "transaction open since offset 2")
 	assert.Contains(t, err.Error(), `transactional.id "txn-`)
-	select {
-	case ferr := <-h.fatal:
-		assert.ErrorAs(t, ferr, &ot)
-	case <-time.After(time.Second):
-		t.Fatal("the fatal handler was not called")
-	}
 }
 
 func scenarioOpenTxnAtTailHWMWaitCommits(t *testing.T, e *env) {
@@ -362,13 +356,9 @@ idle_probe_interval: 300ms
 	e.deleteRecords(t, topic, 0, 9)
 	require.NoError(t, ack(ctx, nil))
 	_, err = h.readUntilEnd(readTimeout)
+	requireFatal(t, h, err, nil)
 	var dl *DataLossError
 	require.ErrorAs(t, err, &dl)
-	select {
-	case <-h.fatal:
-	case <-time.After(time.Second):
-		t.Fatal("data loss under reset none did not raise a fatal error")
-	}
 }
 
 // tombstoneTopic writes a, tombstone, empty (not null), b, tombstone (tail).
@@ -595,13 +585,8 @@ connect_timeout: 2s
 	}
 	time.Sleep(400 * time.Millisecond)
 	err = h.connectOnce()
-	require.Error(t, err)
+	requireFatal(t, h, err, nil)
 	assert.Contains(t, err.Error(), "does-not-exist")
-	select {
-	case <-h.fatal:
-	case <-time.After(time.Second):
-		t.Fatal("an unknown topic after the grace period is not fatal")
-	}
 }
 
 // Restore: a bounded read interrupted after some acks resumes from the
@@ -657,17 +642,10 @@ unknown_topic_grace_period: 1s
 	assert.Equal(t, strs(vals("a", 2)), values(h.readN(2, readTimeout)))
 	_, err := e.adm.DeleteTopic(context.Background(), topic)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-	defer cancel()
-	_, _, err = h.in.ReadBatch(ctx)
-	require.Error(t, err)
+	err = h.readError()
+	requireFatal(t, h, err, nil)
 	assert.True(t, isUnknownTopic(err), "%v", err)
 	assert.Contains(t, err.Error(), topic)
-	select {
-	case <-h.fatal:
-	case <-time.After(time.Second):
-		t.Fatal("not fatal")
-	}
 }
 
 func scenarioTimestamps(t *testing.T, e *env) {
