@@ -45,7 +45,6 @@ func saslConf(user, pass string) string {
 	return fmt.Sprintf("sasl: { mechanism: PLAIN, username: %s, password: %s }\n", user, pass)
 }
 
-
 // kfake closes the connection on bad credentials, which a client cannot tell
 // from a broker going away; Apache Kafka answers SASL_AUTHENTICATION_FAILED.
 // The test injects Kafka's answer.
