@@ -264,6 +264,17 @@ func (e *env) newInput(t testing.TB, yaml string) *harness {
 	return e.newInputWith(t, yaml, service.MockResources())
 }
 
+// boundedRead connects an input that reads topic to its end (stop_offset
+// latest) under a new consumer group, with the extra YAML lines, and returns
+// it with the group.
+func (e *env) boundedRead(t testing.TB, topic, extra string) (*harness, string) {
+	t.Helper()
+	group := uniq(t, "g")
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\n%s", topic, group, strings.TrimPrefix(extra, "\n")))
+	h.mustConnect()
+	return h, group
+}
+
 // newInputWith builds an input on the given resources.
 func (e *env) newInputWith(t testing.TB, yaml string, res *service.Resources) *harness {
 	t.Helper()

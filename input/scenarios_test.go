@@ -69,15 +69,10 @@ func scenarioBoundedMultiPartition(t *testing.T, e *env) {
 	}
 	p2 := vals("c", 3)
 	e.produce(t, topic, 2, p2...)
-	group := uniq(t, "g")
-	h := e.newInput(t, fmt.Sprintf(`
-topics: [ %s ]
-consumer_group: %s
-stop_offset: latest
+	h, group := e.boundedRead(t, topic, `
 max_batch_records: 2
 commit_period: 50ms
-`, topic, group))
-	h.mustConnect()
+`)
 	gs := h.readAll(readTimeout)
 	bp := byPartition(gs)
 	assert.Equal(t, strs(p0), bp[0])
@@ -128,13 +123,7 @@ func scenarioAbortedTxnMarkerAtTail(t *testing.T, e *env) {
 	x.end(false)
 	end := int64(6) // 3 records, 2 aborted, 1 ABORT marker
 	e.waitEnd(t, topic, 0, end)
-	group := uniq(t, "g")
-	h := e.newInput(t, fmt.Sprintf(`
-topics: [ %s ]
-consumer_group: %s
-stop_offset: latest
-`, topic, group))
-	h.mustConnect()
+	h, group := e.boundedRead(t, topic, "")
 	assert.Equal(t, strs(vals("a", 3)), values(h.readAll(readTimeout)))
 	assert.Equal(t, end, e.committed(t, group, topic, 0), "a finished partition commits its stop: lag 0 behind the marker")
 }
@@ -147,13 +136,7 @@ func scenarioCommittedTxnMarkerAtTail(t *testing.T, e *env) {
 	x.end(true)
 	end := int64(5) // 2 records, 2 in the transaction, 1 COMMIT marker
 	e.waitEnd(t, topic, 0, end)
-	group := uniq(t, "g")
-	h := e.newInput(t, fmt.Sprintf(`
-topics: [ %s ]
-consumer_group: %s
-stop_offset: latest
-`, topic, group))
-	h.mustConnect()
+	h, group := e.boundedRead(t, topic, "")
 	assert.Equal(t, []string{"a0", "a1", "t0", "t1"}, values(h.readAll(readTimeout)))
 	assert.Equal(t, end, e.committed(t, group, topic, 0))
 }
@@ -173,14 +156,9 @@ func scenarioAbortedBelowLSOMarkerAboveOpenTxn(t *testing.T, e *env) {
 	// Wait for A's marker: until it is written A's transaction is
 	// open too and the LSO is 2.
 	wait(t, 20*time.Second, func() bool { return e.endOffset(t, topic, 0) == 6 })
-	group := uniq(t, "g")
-	h := e.newInput(t, fmt.Sprintf(`
-topics: [ %s ]
-consumer_group: %s
-stop_offset: latest
+	h, group := e.boundedRead(t, topic, `
 idle_probe_interval: 300ms
-`, topic, group))
-	h.mustConnect()
+`)
 	assert.Equal(t, strs(vals("a", 2)), values(h.readAll(readTimeout)))
 	assert.Equal(t, bOffs[0], e.committed(t, group, topic, 0), "the stop is the LSO, the open transaction's first offset")
 	assert.Equal(t, int64(2), h.raw.conn.tr.snapshots()[0].probed, "the aborted records were consumed by the probe")
@@ -192,13 +170,7 @@ func scenarioOpenTxnAtTailLSO(t *testing.T, e *env) {
 	x := e.beginTxn(t)
 	x.produce(topic, 0, vals("open", 2)...)
 	t.Cleanup(func() { x.end(false) })
-	group := uniq(t, "g")
-	h := e.newInput(t, fmt.Sprintf(`
-topics: [ %s ]
-consumer_group: %s
-stop_offset: latest
-`, topic, group))
-	h.mustConnect()
+	h, group := e.boundedRead(t, topic, "")
 	start := time.Now()
 	assert.Equal(t, strs(vals("a", 2)), values(h.readAll(readTimeout)))
 	assert.Less(t, time.Since(start), 10*time.Second, "the LSO stop does not wait for the open transaction")
@@ -466,15 +438,10 @@ stop_offset: latest
 func scenarioNackReplay(t *testing.T, e *env) {
 	topic := e.topic(t, 1)
 	e.produce(t, topic, 0, vals("a", 6)...)
-	group := uniq(t, "g")
-	h := e.newInput(t, fmt.Sprintf(`
-topics: [ %s ]
-consumer_group: %s
-stop_offset: latest
+	h, group := e.boundedRead(t, topic, `
 max_batch_records: 2
 commit_period: 20ms
-`, topic, group))
-	h.mustConnect()
+`)
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	b1, ack1, err := h.in.ReadBatch(ctx)
