@@ -87,7 +87,7 @@ func (b *bookkeeper) run(ctx context.Context) {
 			return
 		case <-commitTick.C:
 			_ = b.commit(ctx)
-			b.met.publish(b.tr.snapshots())
+			b.met.publish(b.tr.snapshots)
 		case <-progC:
 			b.prog.report(b.tr.snapshots(), false)
 		}

@@ -105,6 +105,9 @@ func toTPs(m map[string][]int32) []tp {
 
 func (g *groupMember) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	cl.ResumeFetchPartitions(assigned)
+	if len(assigned) > 0 {
+		g.met.rebalance("assigned")
+	}
 	g.log.Infof("Assigned %v by group %s", assigned, g.cfg.group)
 }
 
@@ -179,6 +182,8 @@ func (g *groupMember) revoked(ctx context.Context, _ *kgo.Client, revoked map[st
 		}
 	}
 	g.tr.remove(parts)
+	g.met.rebalance("revoked")
+	g.met.gaveUp(parts)
 	g.takeoverRevoked(ctx, revoked)
 	g.log.Infof("Revoked %v by group %s", revoked, g.cfg.group)
 }
@@ -199,7 +204,12 @@ func (g *groupMember) takeoverRevoked(ctx context.Context, parts map[string][]in
 }
 
 func (g *groupMember) lost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
-	g.tr.remove(toTPs(lost))
+	parts := toTPs(lost)
+	g.tr.remove(parts)
+	if len(parts) > 0 {
+		g.met.rebalance("lost")
+		g.met.gaveUp(parts)
+	}
 	g.takeoverRevoked(ctx, lost)
 	g.log.Warnf("Lost %v (group %s session ended); nothing committed for them", lost, g.cfg.group)
 }

@@ -395,7 +395,7 @@ func (in *kafkaInput) finish(ctx context.Context, c *connection) error {
 		c.fail(err)
 		return c.failErr
 	}
-	in.met.publish(c.tr.snapshots())
+	in.met.publish(c.tr.snapshots)
 	if c.prog != nil {
 		c.prog.report(c.tr.snapshots(), true)
 	}

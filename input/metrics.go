@@ -3,6 +3,7 @@ package input
 import (
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -16,6 +17,14 @@ type inputMetrics struct {
 	position, committed, lag *service.MetricGauge
 	bytes, lost              *service.MetricCounter
 	commitsOK, commitsFailed *service.MetricCounter
+	// assigned counts the partitions this input reads; rebalances counts
+	// group_membership's assigned, revoked and lost callbacks.
+	assigned   *service.MetricGauge
+	rebalances *service.MetricCounter
+
+	// mu orders publish and gaveUp, so that a publish whose snapshot still
+	// held a partition cannot set its lag again after gaveUp zeroed it.
+	mu sync.Mutex
 
 	// franz-go client metrics, from kgo hooks (cheap: counters only).
 	fetchBatches, fetchCompressed *service.MetricCounter
@@ -36,6 +45,8 @@ func newInputMetrics(m *service.Metrics) *inputMetrics {
 		lost:          m.NewCounter("kafka_native_data_loss_records", "topic", "partition"),
 		commitsOK:     m.NewCounter("kafka_native_commits_succeeded"),
 		commitsFailed: m.NewCounter("kafka_native_commits_failed"),
+		assigned:      m.NewGauge("kafka_native_assigned_partitions"),
+		rebalances:    m.NewCounter("kafka_native_rebalances", "event"),
 
 		fetchBatches:    m.NewCounter("kafka_native_client_fetch_batches", "topic"),
 		fetchCompressed: m.NewCounter("kafka_native_client_fetch_compressed_bytes", "topic"),
@@ -90,7 +101,28 @@ func (m *inputMetrics) dataLoss(p tp, n int64) {
 func (m *inputMetrics) commitSucceeded() { m.commitsOK.Incr(1) }
 func (m *inputMetrics) commitFailed()    { m.commitsFailed.Incr(1) }
 
-func (m *inputMetrics) publish(snaps []snapshot) {
+// rebalance counts a group_membership callback (event: assigned, revoked or
+// lost).
+func (m *inputMetrics) rebalance(event string) { m.rebalances.Incr(1, event) }
+
+// gaveUp zeroes the lag of partitions this member no longer reads, so that
+// the lag summed over the group's members counts each partition once: the
+// new owner reports it. Position and committed offset keep their last value.
+func (m *inputMetrics) gaveUp(parts []tp) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range parts {
+		m.lag.Set(0, p.Topic, pLabel(p))
+	}
+}
+
+// publish sets the gauges from the snapshots the tracker gives under m.mu
+// (called after the partitions given up were removed from it, as gaveUp is).
+func (m *inputMetrics) publish(snapshots func() []snapshot) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	snaps := snapshots()
+	m.assigned.Set(int64(len(snaps)))
 	for _, s := range snaps {
 		part := pLabel(s.tp)
 		m.position.Set(s.position, s.Topic, part)

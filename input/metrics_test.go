@@ -77,6 +77,25 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
+// captureStream builds a stream of the input YAML into consume, with its
+// metrics captured and its logs (info) kept.
+func captureStream(t *testing.T, input string, consume func(context.Context, service.MessageBatch) error) (*service.Stream, *captureMetrics, *syncBuf) {
+	t.Helper()
+	capture := &captureMetrics{vals: map[string]int64{}}
+	senv := service.NewEnvironment()
+	require.NoError(t, senv.RegisterMetricsExporter("capture", service.NewConfigSpec(),
+		func(*service.ParsedConfig, *service.Logger) (service.MetricsExporter, error) { return capture, nil }))
+	b := senv.NewStreamBuilder()
+	require.NoError(t, b.SetMetricsYAML("capture: {}"))
+	logs := &syncBuf{}
+	b.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	require.NoError(t, b.AddInputYAML(input))
+	require.NoError(t, b.AddBatchConsumerFunc(consume))
+	s, err := b.Build()
+	require.NoError(t, err)
+	return s, capture, logs
+}
+
 // The metrics and the progress log of a bounded read: per-partition position,
 // committed offset and lag (0 at the end), bytes in, commits succeeded, and a
 // progress line with done/total plus a summary.
@@ -89,15 +108,7 @@ func TestMetricsAndProgress(t *testing.T) {
 	x.end(true)
 	e.waitEnd(t, topic, 1, 4)
 
-	capture := &captureMetrics{vals: map[string]int64{}}
-	senv := service.NewEnvironment()
-	require.NoError(t, senv.RegisterMetricsExporter("capture", service.NewConfigSpec(),
-		func(*service.ParsedConfig, *service.Logger) (service.MetricsExporter, error) { return capture, nil }))
-	b := senv.NewStreamBuilder()
-	require.NoError(t, b.SetMetricsYAML("capture: {}"))
-	logs := &syncBuf{}
-	b.SetLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
-	require.NoError(t, b.AddInputYAML(fmt.Sprintf(`
+	s, capture, logs := captureStream(t, fmt.Sprintf(`
 kafka_native:
   seed_brokers: [ %s ]
   topics: [ %s ]
@@ -106,13 +117,10 @@ kafka_native:
   commit_period: 20ms
   progress_log_interval: 50ms
   max_batch_records: 1
-`, strings.Join(e.brokers, ","), topic, uniq(t, "g"))))
-	require.NoError(t, b.AddBatchConsumerFunc(func(context.Context, service.MessageBatch) error {
+`, strings.Join(e.brokers, ","), topic, uniq(t, "g")), func(context.Context, service.MessageBatch) error {
 		time.Sleep(20 * time.Millisecond) // slow enough for a progress line
 		return nil
-	}))
-	s, err := b.Build()
-	require.NoError(t, err)
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, s.Run(ctx))
@@ -144,4 +152,100 @@ kafka_native:
 	assert.Contains(t, out, "Progress: ")
 	assert.Contains(t, out, "/14 offsets")
 	assert.Contains(t, out, "Bounded read finished: 14 offsets of 2 partitions read (13 messages emitted")
+}
+
+// The group metrics: a member's assigned-partitions gauge follows the
+// rebalances, the rebalances are counted per event, and a partition given up
+// reports lag 0 on the member that gave it up (its new owner reports the
+// real lag), so that the lag summed over the members counts it once. Member
+// A blocks on its first batches, so its lag is above 0 on every partition
+// when B joins.
+func TestGroupMetrics(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 4)
+	for p := int32(0); p < 4; p++ {
+		e.produce(t, topic, p, vals(fmt.Sprintf("p%d-", p), 20)...)
+	}
+	conf := fmt.Sprintf(`
+kafka_native:
+  seed_brokers: [ %s ]
+  topics: [ %s ]
+  consumer_group: %s
+  group_membership: true
+  start_offset: committed
+  commit_period: 20ms
+  max_batch_records: 1
+  max_buffered_bytes_per_partition: 1
+  revoke_ack_timeout: 300ms
+`, strings.Join(e.brokers, ","), topic, uniq(t, "g"))
+	release := make(chan struct{})
+	a, am, _ := captureStream(t, conf, func(ctx context.Context, _ service.MessageBatch) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	b, bm, _ := captureStream(t, conf, func(context.Context, service.MessageBatch) error { return nil })
+	key := func(name string, lvs ...string) string {
+		return name + "{" + strings.Join(append([]string{"", "root.input"}, lvs...), ",") + "}"
+	}
+	lag := func(m *captureMetrics, p int32) int64 {
+		v, _ := m.get(key("kafka_native_lag", topic, fmt.Sprint(p)))
+		return v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	run := func(s *service.Stream) chan error {
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		return done
+	}
+	aDone := run(a)
+	waitFor(t, 30*time.Second, func() string {
+		n, _ := am.get(key("kafka_native_assigned_partitions"))
+		for p := int32(0); p < 4; p++ {
+			if n != 4 || lag(am, p) == 0 {
+				return fmt.Sprintf("A: %d partitions assigned, lag of partition %d: %d", n, p, lag(am, p))
+			}
+		}
+		return ""
+	})
+	bDone := run(b)
+	waitFor(t, 30*time.Second, func() string {
+		na, _ := am.get(key("kafka_native_assigned_partitions"))
+		nb, _ := bm.get(key("kafka_native_assigned_partitions"))
+		if na+nb != 4 || na == 0 || nb == 0 {
+			return fmt.Sprintf("assigned: A %d, B %d", na, nb)
+		}
+		return ""
+	})
+	moved := 0
+	for p := int32(0); p < 4; p++ {
+		if _, ok := bm.get(key("kafka_native_position", topic, fmt.Sprint(p))); ok {
+			moved++
+			assert.Zero(t, lag(am, p), "A gave partition %d up: its lag there is 0", p)
+		}
+	}
+	assert.Positive(t, moved)
+	revoked, _ := am.get(key("kafka_native_rebalances", "revoked"))
+	assert.Positive(t, revoked, "A counted the revoke")
+	assigned, _ := bm.get(key("kafka_native_rebalances", "assigned"))
+	assert.Positive(t, assigned, "B counted its assignment")
+
+	close(release)
+	for _, s := range []*service.Stream{a, b} {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.Stop(sctx); err != nil {
+			t.Logf("stop: %v", err)
+		}
+		scancel()
+	}
+	for _, done := range []chan error{aDone, bDone} {
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("a stream did not stop")
+		}
+	}
 }
