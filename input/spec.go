@@ -89,6 +89,8 @@ let stop = this.stop_offset | "none"
 let reset = this.reset_offset | "earliest"
 let group = this.consumer_group | ""
 let member = this.group_membership | false
+# A value that is no duration parses as 0 here and is left to the field's own
+# error.
 let session = (this.session_timeout | "45s").parse_duration().catch(0)
 let rebalance = (this.rebalance_timeout | "1m").parse_duration().catch(0)
 let heartbeat = (this.heartbeat_interval | "3s").parse_duration().catch(0)
@@ -103,8 +105,8 @@ root = match {
   (this.stop_at_high_watermark | false) && $stop != "latest" => [ "stop_at_high_watermark applies only to stop_offset latest" ],
   (this.group_membership | false) && ($group == "" || $stop != "none" || $start != "committed") => [ "group_membership needs a consumer_group, stop_offset none and start_offset committed" ],
   (this.group_membership | false) && (this.topics | []).any(t -> t.contains(":")) => [ "group_membership reads whole topics: the group assigns the partitions" ],
-  $member && $heartbeat >= $session => [ "heartbeat_interval must be shorter than session_timeout (a third of it or less is usual): the coordinator drops a member whose heartbeats are further apart" ],
-  $member && $revoke * 2 >= $rebalance => [ "revoke_ack_timeout must be less than half of rebalance_timeout: a revoke waits up to revoke_ack_timeout for acks and again for the output's epochs, and a member that takes longer than rebalance_timeout is dropped from the group" ],
+  $member && $session > 0 && $heartbeat >= $session => [ "heartbeat_interval must be shorter than session_timeout (a third of it or less is usual): the coordinator drops a member whose heartbeats are further apart" ],
+  $member && $rebalance > 0 && $revoke * 2 >= $rebalance => [ "revoke_ack_timeout must be less than half of rebalance_timeout: a revoke waits up to revoke_ack_timeout for acks and again for the output's epochs, and a member that takes longer than rebalance_timeout is dropped from the group" ],
   (this.format | "message") == "arrow" && (this.tombstones | "emit") == "fail" => [ "tombstones fail cannot apply to one record of an Arrow message (format arrow): use emit (null values are kept) or drop" ],
   _ => [],
 }
