@@ -17,7 +17,8 @@
 //   - Read-your-writes within one process: the in-memory map is updated only
 //     after the broker acknowledged the write, and Get serves from the map.
 //   - Last write per key wins, as compaction decides it: by offset within the
-//     key's partition.
+//     key's partition. Writes made under WithFence carry a token, and the
+//     highest token wins (see WithFence).
 //   - A new process sees everything acknowledged before it started: the
 //     topic is read to the end offsets listed at start on first use, and
 //     Refresh reads to the then-current end.
@@ -92,6 +93,7 @@ const (
 // write) does not overwrite a newer one.
 type entry struct {
 	value     []byte // nil for a tombstone
+	token     uint64 // fence token (WithFence), 0 without one
 	partition int32
 	offset    int64
 }
@@ -117,11 +119,12 @@ type Cache struct {
 	cl     *kgo.Client // producer and consumer, built by load
 	meta   topicMeta   // set by load, read-only after
 
-	// mu guards the maps below.
+	// mu guards the maps below and broken.
 	mu      sync.RWMutex
+	broken  error // set once the topic cannot be trusted; every call returns it
 	entries map[string]entry
-	open    map[producerPartition][]*kgo.Record // records of open transactions
-	next    map[int32]int64                     // partition -> offset after the last record read
+	open    map[producerPartition][]heldRecord // records of open transactions
+	next    map[int32]int64                    // partition -> offset after the last record read
 
 	// writeMu serialises writes: one record is in flight at a time, so
 	// every record batch holds exactly one record and the size checked
@@ -169,7 +172,7 @@ func New(cfg Config) (*Cache, error) {
 		admCl:   admCl,
 		adm:     kadm.NewClient(admCl),
 		entries: make(map[string]entry),
-		open:    make(map[producerPartition][]*kgo.Record),
+		open:    make(map[producerPartition][]heldRecord),
 		next:    make(map[int32]int64),
 	}
 	c.listEnd = c.adm.ListEndOffsets
@@ -188,7 +191,11 @@ func (c *Cache) Get(ctx context.Context, key string) ([]byte, error) {
 	}
 	c.mu.RLock()
 	e, ok := c.entries[key]
+	broken := c.broken
 	c.mu.RUnlock()
+	if broken != nil {
+		return nil, broken
+	}
 	if !ok || e.value == nil {
 		return nil, service.ErrKeyNotFound
 	}
@@ -290,7 +297,8 @@ func (c *Cache) Uncommitted() []UncommittedRecord {
 	defer c.mu.RUnlock()
 	var out []UncommittedRecord
 	for _, rs := range c.open {
-		for _, r := range rs {
+		for _, h := range rs {
+			r := h.r
 			if isReserved(r.Key) {
 				continue
 			}
@@ -344,19 +352,26 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 	if err := c.ensureLoaded(ctx); err != nil {
 		return err
 	}
-	if size := recordBatchSize([]byte(key), value); size > c.meta.maxMessageBytes {
+	token := fenceOf(ctx)
+	headers := fenceHeaders(token)
+	if size := recordBatchSize([]byte(key), value, headers); size > c.meta.maxMessageBytes {
 		return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: size, Limit: c.meta.maxMessageBytes}
 	}
 
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	if add {
-		c.mu.RLock()
-		e, ok := c.entries[key]
-		c.mu.RUnlock()
-		if ok && e.value != nil {
-			return service.ErrKeyAlreadyExists
-		}
+	c.mu.RLock()
+	e, ok := c.entries[key]
+	broken := c.broken
+	c.mu.RUnlock()
+	if broken != nil {
+		return broken
+	}
+	if ok && token < e.token {
+		return &FencedError{Topic: c.cfg.Topic, Key: key, Token: token, Current: e.token}
+	}
+	if add && ok && e.value != nil {
+		return service.ErrKeyAlreadyExists
 	}
 
 	// The value is copied: Benthos message bytes are shared, and the map
@@ -369,11 +384,12 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 		Topic:     c.cfg.Topic,
 		Key:       []byte(key),
 		Value:     v,
+		Headers:   headers,
 		Partition: c.meta.partitionFor([]byte(key)),
 	}
 	if err := c.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 		if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
-			return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: recordBatchSize(r.Key, v), Limit: c.meta.maxMessageBytes}
+			return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: recordBatchSize(r.Key, v, headers), Limit: c.meta.maxMessageBytes}
 		}
 		if c.closed.Load() {
 			return ErrClosed
@@ -381,8 +397,14 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 		return fmt.Errorf("kafka_state: writing key %q to topic %q (the write may or may not have happened): %w", key, c.cfg.Topic, err)
 	}
 	c.mu.Lock()
-	c.put(r)
+	c.put(r, token)
+	e = c.entries[key]
 	c.mu.Unlock()
+	if e.token > token {
+		// A read running alongside brought a higher token after the
+		// check above: the record is in the topic and loses there.
+		return &FencedError{Topic: c.cfg.Topic, Key: key, Token: token, Current: e.token, Written: true}
+	}
 	return nil
 }
 
@@ -395,7 +417,7 @@ func (c *Cache) ensureLoaded(ctx context.Context) error {
 		return ErrClosed
 	}
 	if c.loaded.Load() {
-		return nil
+		return c.brokenErr()
 	}
 	c.loadMu.Lock()
 	defer c.loadMu.Unlock()
@@ -459,6 +481,23 @@ func (c *Cache) load(ctx context.Context) error {
 		return fmt.Errorf("kafka_state: %w", err)
 	}
 	return c.readToEnd(ctx)
+}
+
+// brokenErr returns the error that stopped the cache, nil if none.
+func (c *Cache) brokenErr() error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.broken
+}
+
+// breakLocked stops the cache with err: every later call returns it. The
+// first error stays. c.mu is held.
+func (c *Cache) breakLocked(err error) error {
+	if c.broken == nil {
+		c.broken = err
+		c.logErrorf("%v", err)
+	}
+	return c.broken
 }
 
 func clampBatchBytes(n int) int32 {

@@ -33,6 +33,7 @@ var suite = []struct {
 	{"ManyPartitions", testManyPartitions},
 	{"ConcurrentAddOneWins", testConcurrentAddOneWins},
 	{"Kill9NeverTorn", testKill9NeverTorn},
+	{"FenceZombieWriteLoses", testFenceZombieWriteLoses},
 }
 
 func TestCache(t *testing.T) {
@@ -287,10 +288,10 @@ func testValueTooLarge(t *testing.T, b *backend) {
 	// The largest value that fits: its record batch is exactly the limit.
 	key := "big"
 	n := limit - 80
-	for recordBatchSize([]byte(key), make([]byte, n+1)) <= limit {
+	for recordBatchSize([]byte(key), make([]byte, n+1), nil) <= limit {
 		n++
 	}
-	for recordBatchSize([]byte(key), make([]byte, n)) > limit {
+	for recordBatchSize([]byte(key), make([]byte, n), nil) > limit {
 		n--
 	}
 	if err := c.Set(ctx, key, make([]byte, n), nil); err != nil {
@@ -312,6 +313,24 @@ func testValueTooLarge(t *testing.T, b *backend) {
 	}
 	if err := c.Add(ctx, "other", make([]byte, 10*limit), nil); !errors.Is(err, ErrValueTooLarge) {
 		t.Fatalf("Add of a large value: %v", err)
+	}
+
+	// A fence token travels in a header, which counts: the largest value
+	// that fits with one is smaller, and fits exactly.
+	fctx := WithFence(ctx, 1<<40)
+	fence := fenceHeaders(1 << 40)
+	m := n
+	for recordBatchSize([]byte("fenced"), make([]byte, m), fence) > limit {
+		m--
+	}
+	if m >= n-len(fenceHeader)-8 || recordBatchSize([]byte("fenced"), make([]byte, m+1), fence) <= limit {
+		t.Fatalf("largest fenced value %d bytes, unfenced %d: the header is not counted", m, n)
+	}
+	if err := c.Set(fctx, "fenced", make([]byte, m), nil); err != nil {
+		t.Fatalf("Set of a fenced value whose batch is exactly max.message.bytes (%d bytes): %v", m, err)
+	}
+	if err := c.Set(fctx, "fenced", make([]byte, m+1), nil); !errors.Is(err, ErrValueTooLarge) {
+		t.Fatalf("Set of a fenced value one byte over: %v, want ErrValueTooLarge", err)
 	}
 
 	// The map still holds the value that fit, and so does the topic.
@@ -491,7 +510,7 @@ func TestRecordBatchSize(t *testing.T) {
 	// The encoding of one record in a batch, checked against franz-go's
 	// own encoder through kfake's size check in testValueTooLarge; here
 	// the tombstone and varint boundaries.
-	if got, want := recordBatchSize([]byte("k"), nil), 61+1+(1+1+1+1+1+1+1); got != want {
+	if got, want := recordBatchSize([]byte("k"), nil, nil), 61+1+(1+1+1+1+1+1+1); got != want {
 		t.Fatalf("tombstone batch size %d, want %d", got, want)
 	}
 	for _, n := range []int{0, 63, 64, 8191, 8192} {

@@ -27,7 +27,36 @@ var (
 	// (keys starting with a NUL byte and "kafka_state/"), which the cache
 	// writes itself and hides from readers.
 	ErrReservedKey = errors.New("kafka_state: key is reserved")
+
+	// ErrFenced is wrapped by *FencedError: a write with a fence token
+	// (WithFence) lower than one already written for the key.
+	ErrFenced = errors.New("kafka_state: write fenced by a higher token")
 )
+
+// FencedError is returned by Set, Add and Delete when the write's fence token
+// (WithFence; 0 without one) is lower than the highest token this process has
+// seen for the key. Nothing was written, unless Written says the write
+// landed before a concurrent read showed the higher token; such a record
+// loses to the higher token at every read.
+type FencedError struct {
+	Topic   string
+	Key     string
+	Token   uint64 // the write's token
+	Current uint64 // the highest token seen for the key
+	Written bool
+}
+
+func (e *FencedError) Error() string {
+	what := "nothing written"
+	if e.Written {
+		what = "the record was written and loses to the higher token at every read"
+	}
+	return fmt.Sprintf("kafka_state: key %q of topic %q: write with fence token %d refused, token %d was already written for the key (%s)",
+		e.Key, e.Topic, e.Token, e.Current, what)
+}
+
+// Unwrap returns ErrFenced.
+func (*FencedError) Unwrap() error { return ErrFenced }
 
 // TooLargeError is returned when a key and value would not fit in one record
 // batch under the topic's max.message.bytes. The cache never splits a value

@@ -71,14 +71,20 @@ func (c *Cache) readToEnd(ctx context.Context) error {
 		c.mu.Lock()
 		fs.EachRecord(func(r *kgo.Record) {
 			progressed[r.Partition] = true
-			c.apply(r)
+			if err := c.apply(r); err != nil {
+				c.breakLocked(err)
+			}
 		})
 		for p, t := range target {
 			if c.next[p] >= t {
 				delete(target, p)
 			}
 		}
+		broken := c.broken
 		c.mu.Unlock()
+		if broken != nil {
+			return broken
+		}
 
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("kafka_state: reading topic %q to its end: %w", topic, err)
@@ -168,7 +174,10 @@ type producerPartition struct {
 // the held records, an abort marker drops them. A producer has at most one
 // open transaction, so its next marker in a partition ends the records held
 // for it there.
-func (c *Cache) apply(r *kgo.Record) {
+//
+// An error (a malformed fence header) stops the cache: the record cannot be
+// ordered against the others of its key.
+func (c *Cache) apply(r *kgo.Record) error {
 	if r.Offset+1 > c.next[r.Partition] {
 		c.next[r.Partition] = r.Offset + 1
 	}
@@ -179,14 +188,28 @@ func (c *Cache) apply(r *kgo.Record) {
 		delete(c.open, pp)
 		if isCommitMarker(r.Key) {
 			for _, h := range held {
-				c.put(h)
+				c.put(h.r, h.token)
 			}
 		}
-	case r.Attrs.IsTransactional():
-		c.open[pp] = append(c.open[pp], copyRecord(r))
+	case isReserved(r.Key):
 	default:
-		c.put(r)
+		token, err := tokenOf(r)
+		if err != nil {
+			return err
+		}
+		if r.Attrs.IsTransactional() {
+			c.open[pp] = append(c.open[pp], heldRecord{copyRecord(r), token})
+		} else {
+			c.put(r, token)
+		}
 	}
+	return nil
+}
+
+// heldRecord is a record of an open transaction with its fence token.
+type heldRecord struct {
+	r     *kgo.Record
+	token uint64
 }
 
 // isCommitMarker reads a control record key: int16 version, int16 type, where
@@ -196,17 +219,20 @@ func isCommitMarker(key []byte) bool {
 }
 
 // put sets the key of r to its value (nil: a tombstone) unless the map holds
-// a record of the same partition at an equal or later offset. c.mu is held.
-func (c *Cache) put(r *kgo.Record) {
+// a record of a higher fence token, or of the same token and partition at an
+// equal or later offset. c.mu is held.
+func (c *Cache) put(r *kgo.Record, token uint64) {
 	if isReserved(r.Key) {
 		return
 	}
 	key := string(r.Key)
-	if e, ok := c.entries[key]; ok && e.partition == r.Partition && e.offset >= r.Offset {
-		return
+	if e, ok := c.entries[key]; ok {
+		if e.token > token || e.token == token && e.partition == r.Partition && e.offset >= r.Offset {
+			return
+		}
 	}
 	// Copied: a fetched value aliases its whole fetch buffer.
-	c.entries[key] = entry{value: cloneBytes(r.Value), partition: r.Partition, offset: r.Offset}
+	c.entries[key] = entry{value: cloneBytes(r.Value), token: token, partition: r.Partition, offset: r.Offset}
 }
 
 func copyRecord(r *kgo.Record) *kgo.Record {

@@ -30,10 +30,19 @@ Every key is a record key and every value a record value of one compacted topic;
 
 - **Durable once a write returns.** Set, add and delete produce one record synchronously with `+"`acks=all`"+` on an idempotent producer (the franz-go defaults, which the cache relies on and does not override), and return only once the broker acknowledged it. Durable means what Kafka means: in the log of every in-sync replica, not fsynced. To survive the loss of a machine, use `+"`replication_factor: 3`"+` (or a broker default of 3) with `+"`min.insync.replicas=2`"+` on the topic.
 - **Read-your-writes within one process.** The in-memory copy changes only after the broker acknowledged a write.
-- **Last write per key wins**, by offset within the key's partition, which is what compaction keeps.
+- **Last write per key wins**, by offset within the key's partition, which is what compaction keeps; unless the writes carry fence tokens (below), where the highest token wins.
 - **A restart sees every acknowledged write**: a new process reads the whole topic on first use. A process does not see another live process's later writes until it reads the topic again (Go callers: `+"`Refresh`"+`).
 - **Never torn.** A value is exactly one record, never split: after a crash mid-write a key has its old value or its new one. A value whose record would exceed the topic's `+"`max.message.bytes`"+` is rejected with an error naming the key, the size and the limit.
 - **Transactions count once committed.** Records another producer wrote to the topic inside a Kafka transaction (the design has the kafka_eos output write its positions record inside the epoch's transaction) become visible when the commit marker is read, never if the transaction aborts. An open transaction does not hide the records after it: the cache reads uncommitted and resolves transactions from their markers, because a `+"`read_committed`"+` reader stops at the first open transaction.
+
+### Fencing a replaced owner (Go callers)
+
+A component that owns a key (the kafka_eos output owns its slot records) can stop an owner it replaced, a process that stalled and wakes up later, from overwriting its value. It writes with a context from `+"`statecache.WithFence(ctx, token)`"+`, where the token grows with every change of owner and stays the same for all the writes of one owner. The cache passes the context it is given through Benthos's `+"`AccessCache`"+` unchanged, so this works through a cache resource. The token is stored with the record (a `+"`kafka_state.fence`"+` header, 8 bytes big-endian).
+
+- **At read** (the first load and every refresh), per key, the record with the highest token wins, whatever its offset. Among equal tokens the later record wins; a record written without a fence has token 0.
+- **At write**, a set, add or delete whose token is lower than the highest token this process has seen for the key (read from the topic or written itself) fails with `+"`statecache.ErrFenced`"+` (a `+"`*statecache.FencedError`"+` naming the key and both tokens) and writes nothing. A replaced owner that has not read the newer token is not stopped at its write: its record lands and loses at every read.
+- **A delete with a token** keeps the key's token: a later write with a lower token loses at read while the tombstone is in the topic (`+"`delete.retention.ms`"+` once compaction reaches it), and fails at write in every process that has read the tombstone.
+- **Bound: compaction.** Compaction keeps the last record of each key by offset, not by token. When a lower-token record is the last one of its key, compaction can remove the winning record before it once its segment is no longer the active one (`+"`segment.ms`"+`, then the log cleaner's own schedule); from then until the owner writes the key again, a process reading the topic sees the lower-token value.
 
 ### What it does not promise
 

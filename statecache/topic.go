@@ -151,13 +151,17 @@ func checkPolicy(topic string, cfgs map[string]string) error {
 // recordBatchSize is the size of a record batch holding the one record,
 // uncompressed, as the broker measures it against max.message.bytes: the 61
 // byte batch header and the record (attributes, timestamp and offset deltas,
-// key, value, no headers), with its varint length prefix.
-func recordBatchSize(key, value []byte) int {
-	body := 1 + 1 + 1 + varlen(int64(len(key))) + len(key) + 1 // attrs, ts delta 0, offset delta 0, key, header count 0
+// key, value, headers), with its varint length prefix.
+func recordBatchSize(key, value []byte, headers []kgo.RecordHeader) int {
+	body := 1 + 1 + 1 + varlen(int64(len(key))) + len(key) // attrs, ts delta 0, offset delta 0, key
 	if value == nil {
 		body += varlen(-1)
 	} else {
 		body += varlen(int64(len(value))) + len(value)
+	}
+	body += varlen(int64(len(headers)))
+	for _, h := range headers {
+		body += varlen(int64(len(h.Key))) + len(h.Key) + varlen(int64(len(h.Value))) + len(h.Value)
 	}
 	return 61 + varlen(int64(body)) + body
 }
@@ -193,6 +197,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 func (c *Cache) logInfof(format string, args ...any) {
 	if c.log != nil {
 		c.log.Infof(format, args...)
+	}
+}
+
+func (c *Cache) logErrorf(format string, args ...any) {
+	if c.log != nil {
+		c.log.Errorf(format, args...)
 	}
 }
 
