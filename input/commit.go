@@ -116,36 +116,53 @@ func (b *bookkeeper) commit(ctx context.Context) error {
 	return nil
 }
 
-// finalCommitRetry bounds how long the final commit of a bounded read retries
-// a retriable error. After a broker restart, Kafka 4.3 answered offset
-// commits with UNKNOWN_TOPIC_OR_PARTITION for 15-40s (the chaos suite saw it),
-// so 30s was too short.
-const finalCommitRetry = 2 * time.Minute
+// finalCommitRetry bounds the final commit of a bounded read: how long it
+// retries a retriable error, and the deadline handed to the committer (a
+// kafka_eos output that commits the group's offsets in its transactions
+// returns once they are committed only when its context carries a deadline).
+// After a broker restart, Kafka 4.3 answered offset commits with
+// UNKNOWN_TOPIC_OR_PARTITION for 15-40s (the chaos suite saw it), so 30s was
+// too short. A variable for tests.
+var finalCommitRetry = 2 * time.Minute
 
-// finalCommit commits the stops of a bounded read synchronously, retrying a
-// retriable error for up to finalCommitRetry; a permanent failure is returned
-// as *CommitError (the caller makes it fatal, so a job whose offsets were not
-// stored does not exit 0).
+// errStopped wraps the context's error when the final commit was cut short by
+// a stop (Close, SIGTERM): the operator's stop, never fatal.
+type errStopped struct{ err, last error }
+
+func (e *errStopped) Error() string {
+	return fmt.Sprintf("stopped before the final offset commit succeeded: %v (last error: %v)", e.err, e.last)
+}
+func (e *errStopped) Unwrap() error { return e.err }
+
+// finalCommit commits the stops of a bounded read synchronously, under a
+// deadline of finalCommitRetry, retrying a retriable error until then. A
+// permanent failure, or one that outlasts the deadline, is returned as
+// *CommitError (the caller makes it fatal, so a job whose offsets were not
+// stored does not exit 0). If ctx ends first (the input is closed), the
+// error wraps ctx's and is no *CommitError: stopping is not failing.
 func (b *bookkeeper) finalCommit(ctx context.Context) error {
 	if b.committer == nil {
 		return nil
 	}
+	cctx, cancel := context.WithTimeout(ctx, finalCommitRetry)
+	defer cancel()
 	var err error
 	backoff := 100 * time.Millisecond
-	deadline := time.Now().Add(finalCommitRetry)
 	for {
-		if err = b.commit(ctx); err == nil {
+		if err = b.commit(cctx); err == nil {
 			if len(b.tr.toCommit()) == 0 {
 				return nil
 			}
 			continue
 		}
-		if isFatal(err) || time.Now().After(deadline) {
+		if ctx.Err() != nil {
+			return &errStopped{err: ctx.Err(), last: err}
+		}
+		if isFatal(err) || cctx.Err() != nil {
 			return &CommitError{Group: b.cfg.group, Err: err}
 		}
 		select {
-		case <-ctx.Done():
-			return &CommitError{Group: b.cfg.group, Err: fmt.Errorf("%w (last error: %v)", ctx.Err(), err)}
+		case <-cctx.Done():
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)

@@ -1,6 +1,7 @@
 package input
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -205,6 +206,53 @@ func TestFinalCommitRetriesTransientErrors(t *testing.T) {
 	h.mustConnect()
 	assert.Len(t, h.readAll(readTimeout), 2)
 	assert.Equal(t, int64(2), e.committed(t, group, topic, 0))
+}
+
+// A stop (SIGTERM) while the final commit of a bounded read retries is the
+// operator's stop, not a failure. Benthos closes the input (the auto-replay
+// wrapper cancels the context of the ReadBatch in flight first): nothing is
+// raised as fatal (the binary would exit 3 otherwise).
+func TestStopDuringFinalCommitIsNotFatal(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	var fail atomic.Bool
+	var calls atomic.Int64
+	fail.Store(true)
+	failCommits(e.fake, &fail, kerr.RequestTimedOut.Code, &calls)
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\ncommit_period: 1h\n", topic, uniq(t, "g")))
+	h.mustConnect()
+	base := calls.Load() // the preflight's commit check
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+		defer cancel()
+		for {
+			_, ack, err := h.in.ReadBatch(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			_ = ack(ctx, nil)
+		}
+	}()
+	wait(t, readTimeout, func() bool { return calls.Load() >= base+2 }) // the final commit retries
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, h.in.Close(ctx))
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(readTimeout):
+		t.Fatal("ReadBatch did not return after Close")
+	}
+	var fe *fatal.Error
+	assert.False(t, errors.As(err, &fe), "raised as fatal: %v", err)
+	select {
+	case err := <-h.fatal:
+		t.Fatalf("the fatal handler was called: %v", err)
+	default:
+	}
 }
 
 // Close returns promptly even while Connect waits (here for an open

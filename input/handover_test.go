@@ -2,6 +2,7 @@ package input
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -232,4 +233,61 @@ revoke_ack_timeout: 300ms
 	assert.False(t, still)
 	_, _, _, kept := m.Assignment(topic, 1-revoked[0])
 	assert.True(t, kept, "the other partition stays")
+}
+
+// syncTakeover models a kafka_eos output's CommitOffsets: a call without a
+// deadline only hands the offsets over (a later epoch commits them); a call
+// with one returns once they are committed, or with the commit's error.
+type syncTakeover struct {
+	fakeTakeover
+	fail error
+}
+
+func (s *syncTakeover) CommitOffsets(ctx context.Context, offs map[string]map[int32]int64) error {
+	if _, ok := ctx.Deadline(); !ok {
+		return nil
+	}
+	if s.fail != nil {
+		return s.fail
+	}
+	return s.fakeTakeover.CommitOffsets(ctx, offs)
+}
+
+// The final commit of a bounded read through a takeover is waited for: the
+// input ends only once the stops are committed, and a commit that keeps
+// failing is reported (fatal), not left behind.
+func TestFinalCommitWaitsForTakeover(t *testing.T) {
+	for _, failing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failing=%v", failing), func(t *testing.T) {
+			if failing {
+				old := finalCommitRetry
+				finalCommitRetry = time.Second
+				t.Cleanup(func() { finalCommitRetry = old })
+			}
+			e := newKfakeEnv(t)
+			topic := e.topic(t, 1)
+			e.produce(t, topic, 0, vals("a", 3)...)
+			group := uniq(t, "g")
+			res := service.MockResources()
+			st := &syncTakeover{fakeTakeover: fakeTakeover{offsets: map[string]map[int32]int64{}}}
+			if failing {
+				st.fail = errors.New("the epoch carrying the offsets aborted")
+			}
+			require.NoError(t, RegisterCommitTakeover(res, group, st))
+			h := e.newInputWith(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\ncommit_period: 1h\n", topic, group), res)
+			h.mustConnect()
+			gs, err := h.readUntilEnd(readTimeout)
+			assert.Len(t, gs, 3)
+			if failing {
+				var ce *CommitError
+				require.ErrorAs(t, err, &ce)
+				requireFatal(t, h, err, nil)
+				return
+			}
+			require.NoError(t, err)
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			assert.Equal(t, map[int32]int64{0: 3}, st.offsets[topic], "the stops were committed before the input ended")
+		})
+	}
 }

@@ -384,12 +384,14 @@ func (in *kafkaInput) finish(ctx context.Context, c *connection) error {
 		}
 	}
 	if err := c.book.finalCommit(ctx); err != nil {
-		if ctx.Err() != nil && !isFatal(err) {
-			// Stopped (SIGTERM) while the final commit retried: the
-			// operator's stop, not a failure. Everything emitted was
+		var stopped *errStopped
+		if errors.As(err, &stopped) {
+			// Stopped (SIGTERM: Benthos closes the input, which ends
+			// ctx) while the final commit retried: the operator's
+			// stop, not a failure. Everything emitted was
 			// acknowledged downstream; the next run starts from the
 			// offsets committed so far, as after any stop.
-			in.log.Warnf("Stopped before the final offset commit of group %s succeeded: %v", c.book.cfg.group, err)
+			in.log.Warnf("Group %s: %v", c.book.cfg.group, err)
 			return ctx.Err()
 		}
 		c.fail(err)
