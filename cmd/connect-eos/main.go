@@ -118,19 +118,32 @@ func (r *stopRelay) loop() {
 	t := time.NewTicker(relayInterval)
 	defer t.Stop()
 	for {
+		// The relay's own channel receives every SIGTERM sent here too: take
+		// delivery of the one just sent (so that it cannot arrive after
+		// close, with nobody listening, and kill the process by its default
+		// action) and then wait for the next tick. Waking on a received
+		// signal instead would make the loop signal itself without pause.
+		drainSignals(r.sigs)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
 		select {
+		case <-r.sigs:
+		case <-time.After(time.Second):
+		}
+		select {
 		case <-r.done:
-			// Take delivery of the SIGTERM just sent before the caller
-			// stops holding the signal, so it cannot arrive later with
-			// nobody listening (and its default action kill the process).
-			select {
-			case <-r.sigs:
-			case <-time.After(time.Second):
-			}
 			return
 		case <-t.C:
-		case <-r.sigs:
+		}
+	}
+}
+
+// drainSignals empties ch without blocking.
+func drainSignals(ch chan os.Signal) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
 		}
 	}
 }
