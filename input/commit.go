@@ -3,6 +3,7 @@ package input
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/Jeffail/shutdown"
@@ -56,17 +57,78 @@ func byTopic(offs map[tp]int64) map[string]map[int32]int64 {
 	return out
 }
 
-// bookkeeper is the loop that commits acknowledged offsets every
-// commit_period, publishes the per-partition gauges and logs the progress of
-// a bounded read. It is stopped through shut and signals has-stopped.
-type bookkeeper struct {
+// commitStep is the one way offsets are committed: the bookkeeper's periodic
+// commit, the final commit of a bounded read, the commit on Close and the
+// revoke of group_membership all go through it. Calls never overlap, and each
+// reads the positions to commit under the step's lock: positions read before
+// another commit that finished in between (a revoke that committed further and
+// gave the partition up) would move an offset backwards, or commit a partition
+// this member no longer owns.
+type commitStep struct {
+	mu        sync.Mutex
 	cfg       *config
 	tr        *tracker
 	committer OffsetCommitter // nil without a consumer group
 	met       *inputMetrics
 	log       *service.Logger
-	shut      *shutdown.Signaller
-	prog      *progress
+}
+
+// commit commits what was acknowledged since the last commit, of the
+// partitions in only (all if nil). A failure is counted and logged and
+// returned; the next commit carries the same or newer positions.
+func (c *commitStep) commit(ctx context.Context, only map[tp]bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.commitLocked(ctx, only)
+}
+
+func (c *commitStep) commitLocked(ctx context.Context, only map[tp]bool) error {
+	if c.committer == nil {
+		return nil
+	}
+	offs := c.tr.toCommitOf(only)
+	if len(offs) == 0 {
+		return nil
+	}
+	if err := c.committer.CommitOffsets(ctx, byTopic(offs)); err != nil {
+		c.met.commitFailed()
+		c.log.Warnf("Committing offsets of group %s failed (will retry): %v", c.cfg.group, err)
+		return err
+	}
+	c.met.commitSucceeded()
+	c.tr.markCommitted(offs)
+	return nil
+}
+
+// revoke commits what was acknowledged of parts (unless commit is false) and
+// stops tracking them, both under the lock: no commit that read their
+// positions earlier can follow.
+func (c *commitStep) revoke(ctx context.Context, parts []tp, commit bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	if commit {
+		only := map[tp]bool{}
+		for _, p := range parts {
+			only[p] = true
+		}
+		err = c.commitLocked(ctx, only)
+	}
+	c.tr.remove(parts)
+	return err
+}
+
+// bookkeeper is the loop that commits acknowledged offsets every
+// commit_period, publishes the per-partition gauges and logs the progress of
+// a bounded read. It is stopped through shut and signals has-stopped.
+type bookkeeper struct {
+	cfg  *config
+	tr   *tracker
+	step *commitStep
+	met  *inputMetrics
+	log  *service.Logger
+	shut *shutdown.Signaller
+	prog *progress
 }
 
 func (b *bookkeeper) run(ctx context.Context) {
@@ -98,23 +160,7 @@ func (b *bookkeeper) run(ctx context.Context) {
 // counted and logged and otherwise ignored: the committed offset is
 // monitoring and restart state, and the next commit carries the same or newer
 // positions.
-func (b *bookkeeper) commit(ctx context.Context) error {
-	if b.committer == nil {
-		return nil
-	}
-	offs := b.tr.toCommit()
-	if len(offs) == 0 {
-		return nil
-	}
-	if err := b.committer.CommitOffsets(ctx, byTopic(offs)); err != nil {
-		b.met.commitFailed()
-		b.log.Warnf("Committing offsets of group %s failed (will retry): %v", b.cfg.group, err)
-		return err
-	}
-	b.met.commitSucceeded()
-	b.tr.markCommitted(offs)
-	return nil
-}
+func (b *bookkeeper) commit(ctx context.Context) error { return b.step.commit(ctx, nil) }
 
 // finalCommitRetry bounds the final commit of a bounded read: how long it
 // retries a retriable error, and the deadline handed to the committer (a
@@ -141,7 +187,7 @@ func (e *errStopped) Unwrap() error { return e.err }
 // stored does not exit 0). If ctx ends first (the input is closed), the
 // error wraps ctx's and is no *CommitError: stopping is not failing.
 func (b *bookkeeper) finalCommit(ctx context.Context) error {
-	if b.committer == nil {
+	if b.step.committer == nil {
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, finalCommitRetry)

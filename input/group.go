@@ -3,7 +3,6 @@ package input
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,7 +55,7 @@ type groupMember struct {
 	tr        *tracker
 	met       *inputMetrics
 	log       *service.Logger
-	committer OffsetCommitter // set before the client starts
+	step      *commitStep // set before the client starts
 	fail      func(error)
 	closing   atomic.Bool
 	cl        atomic.Pointer[kgo.Client] // the consuming client, for GroupMetadata
@@ -164,24 +163,14 @@ func (g *groupMember) revoked(ctx context.Context, _ *kgo.Client, revoked map[st
 				break wait
 			}
 		}
-		only := map[tp]bool{}
-		for _, p := range parts {
-			only[p] = true
-		}
-		if offs := g.tr.toCommitOf(only); len(offs) > 0 && g.committer != nil {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := g.committer.CommitOffsets(cctx, byTopic(offs))
-			cancel()
-			if err != nil {
-				g.met.commitFailed()
-				g.log.Warnf("Committing the revoked partitions %v: %v", revoked, err)
-			} else {
-				g.met.commitSucceeded()
-				g.tr.markCommitted(offs)
-			}
-		}
 	}
-	g.tr.remove(parts)
+	// Commit what was acknowledged and stop tracking the partitions, under
+	// the commit lock (a periodic commit cannot follow with positions it
+	// read before). On Close nothing is committed here: Close commits
+	// what was acknowledged before it leaves the group.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_ = g.step.revoke(cctx, parts, !g.closing.Load()) // a failure is logged and counted
+	cancel()
 	g.met.rebalance("revoked")
 	g.met.gaveUp(parts)
 	g.takeoverRevoked(ctx, revoked)
@@ -205,7 +194,9 @@ func (g *groupMember) takeoverRevoked(ctx context.Context, parts map[string][]in
 
 func (g *groupMember) lost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 	parts := toTPs(lost)
-	g.tr.remove(parts)
+	// Under the commit lock: a periodic commit that read their positions
+	// before cannot follow.
+	_ = g.step.revoke(ctx, parts, false)
 	if len(parts) > 0 {
 		g.met.rebalance("lost")
 		g.met.gaveUp(parts)
@@ -243,17 +234,4 @@ func (m *memberCommitter) CommitOffsets(ctx context.Context, offsets map[string]
 		}
 	})
 	return rerr
-}
-
-// serialCommitter keeps commits from the bookkeeper and the revoke callback
-// from overlapping.
-type serialCommitter struct {
-	mu sync.Mutex
-	c  OffsetCommitter
-}
-
-func (s *serialCommitter) CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.c.CommitOffsets(ctx, offsets)
 }

@@ -263,24 +263,22 @@ func (in *kafkaInput) consumerOpts(consume map[string]map[int32]kgo.Offset, memb
 // start builds the commit step and starts the fetch loop and the bookkeeper.
 func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, now time.Time) {
 	cfg := in.cfg
-	var committer OffsetCommitter
+	step := &commitStep{cfg: cfg, tr: c.tr, met: in.met, log: in.log}
 	switch {
 	case c.member != nil:
-		committer = &serialCommitter{c: &handoverCommitter{res: in.mgr, group: cfg.group, direct: &memberCommitter{cl: c.consumeCl}}}
-		c.member.committer = committer
+		step.committer = &handoverCommitter{res: in.mgr, group: cfg.group, direct: &memberCommitter{cl: c.consumeCl}}
+		c.member.step = step
 		c.member.cl.Store(c.consumeCl)
 		// Before the fetch loop starts: no batch reaches the output
 		// before it can ask which partitions this member owns.
 		handOverMember(in.mgr, cfg.group, c.member)
 	case in.newCommitter != nil:
-		// The bookkeeper and the final commit of a bounded read may
-		// commit at the same time; OffsetCommitter calls never overlap.
-		committer = &serialCommitter{c: in.newCommitter(adm)}
+		step.committer = in.newCommitter(adm)
 	}
 	if cfg.bounded() {
 		c.prog = newProgress(in.log, plans, now)
 	}
-	c.book = &bookkeeper{cfg: cfg, tr: c.tr, committer: committer, met: in.met, log: in.log, shut: c.bookShut, prog: c.prog}
+	c.book = &bookkeeper{cfg: cfg, tr: c.tr, step: step, met: in.met, log: in.log, shut: c.bookShut, prog: c.prog}
 	if c.consumeCl != nil {
 		loop := &fetchLoop{
 			cfg: cfg, cl: c.consumeCl, tr: c.tr, met: in.met, log: in.log,
