@@ -49,16 +49,16 @@ import (
 //   - On Close, revoke does not wait: Close commits what was acknowledged
 //     before it closes the client (which leaves the group).
 type groupMember struct {
-	cfg       *config
-	res       *service.Resources
-	adm       *kadm.Client
-	tr        *tracker
-	met       *inputMetrics
-	log       *service.Logger
-	step      *commitStep // set before the client starts
-	fail      func(error)
-	closing   atomic.Bool
-	cl        atomic.Pointer[kgo.Client] // the consuming client, for GroupMetadata
+	cfg     *config
+	res     *service.Resources
+	adm     *kadm.Client
+	tr      *tracker
+	met     *inputMetrics
+	log     *service.Logger
+	step    *commitStep // set before the client starts
+	fail    func(error)
+	closing atomic.Bool
+	cl      atomic.Pointer[kgo.Client] // the consuming client, for GroupMetadata
 }
 
 // Assignment implements GroupState.
