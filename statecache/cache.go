@@ -25,6 +25,9 @@
 //   - Never torn: one value is one Kafka record, never split, so a crash
 //     mid-write leaves the old value or the new one.
 //
+//   - Every call returns by its context's deadline, and Close does not wait
+//     for calls in flight (it closes the client, which ends them).
+//
 // What it does not promise: Add is a compare-and-set only against other
 // writes of the same process, not across processes; TTLs are
 // refused (ErrTTLUnsupported); a write that returns an error may still have
@@ -112,12 +115,21 @@ type Cache struct {
 	// simulate a tail that reading cannot reach.
 	listEnd func(context.Context, ...string) (kadm.ListedOffsets, error)
 
-	// loadMu serialises the initial load and refreshes: one reader polls
-	// the topic at a time. Writes do not take it.
-	loadMu sync.Mutex
-	loaded atomic.Bool
-	cl     *kgo.Client // producer and consumer, built by load
-	meta   topicMeta   // set by load, read-only after
+	// loadSem (capacity 1) serialises the initial load and refreshes: one
+	// reader polls the topic at a time. Writes do not take it. A channel
+	// rather than a mutex, so that a caller waiting for another's read
+	// gives up at its own deadline.
+	loadSem chan struct{}
+	loaded  atomic.Bool
+	meta    topicMeta // set by load, read-only after
+
+	// cl is the producer and consumer, built by load. clMu guards the
+	// pointer only: Close reads it without waiting for a load or a write
+	// (either can be blocked on the broker, and only closing the client
+	// ends them). Callers past ensureLoaded read c.cl directly: loaded is
+	// stored after cl.
+	clMu sync.Mutex
+	cl   *kgo.Client
 
 	// mu guards the maps below and broken.
 	mu      sync.RWMutex
@@ -126,15 +138,18 @@ type Cache struct {
 	open    map[producerPartition][]heldRecord // records of open transactions
 	next    map[int32]int64                    // partition -> offset after the last record read
 
-	// writeMu serialises writes: one record is in flight at a time, so
-	// every record batch holds exactly one record and the size checked
-	// against max.message.bytes is the size the broker sees (franz-go
-	// would otherwise batch concurrent writes together, and a batch of
-	// two fitting values can exceed the limit and fail both). It also
-	// makes Add a compare-and-set against every write of this process.
-	// The cost is latency under concurrent writes, which a state cache
-	// written a few times per epoch does not have.
-	writeMu sync.Mutex
+	// writeSem (capacity 1) holds the one record in flight: a write takes
+	// it before producing and the record's promise gives it back, when
+	// franz-go has settled the record, which can be after the writer
+	// gave up at its deadline. So every record batch holds exactly one
+	// record and the size checked against max.message.bytes is the size
+	// the broker sees (franz-go would otherwise batch concurrent writes
+	// together, and a batch of two fitting values can exceed the limit
+	// and fail both). It also makes Add a compare-and-set against every
+	// write of this process. The cost is latency under concurrent
+	// writes, which a state cache written a few times per epoch does not
+	// have.
+	writeSem chan struct{}
 }
 
 var _ service.Cache = (*Cache)(nil)
@@ -167,13 +182,15 @@ func New(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("kafka_state: %w", err)
 	}
 	c := &Cache{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		admCl:   admCl,
-		adm:     kadm.NewClient(admCl),
-		entries: make(map[string]entry),
-		open:    make(map[producerPartition][]heldRecord),
-		next:    make(map[int32]int64),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		admCl:    admCl,
+		adm:      kadm.NewClient(admCl),
+		loadSem:  make(chan struct{}, 1),
+		writeSem: make(chan struct{}, 1),
+		entries:  make(map[string]entry),
+		open:     make(map[producerPartition][]heldRecord),
+		next:     make(map[int32]int64),
 	}
 	c.listEnd = c.adm.ListEndOffsets
 	return c, nil
@@ -205,10 +222,13 @@ func (c *Cache) Get(ctx context.Context, key string) ([]byte, error) {
 // Set writes value for key and returns once the broker acknowledged it
 // (acks=all). ttl must be nil (ErrTTLUnsupported).
 //
-// ctx bounds the wait only until the record is part of a produce request:
-// after that an idempotent producer cannot fail the record without risking a
-// duplicate, so franz-go retries until the broker answers (see kgo.Produce).
-// An error means the write may or may not have happened.
+// Set returns by ctx's deadline. An error other than a refusal before
+// producing (TTL, size, fence, a topic the cache stopped on) means the write
+// may or may not have happened: a record the broker has not answered by the
+// deadline can still land afterwards, and is then applied when it does (or
+// read by the next Refresh). Writes of one Cache are made one at a time; a
+// write waiting behind an unanswered one gives up at its own deadline
+// without writing anything.
 func (c *Cache) Set(ctx context.Context, key string, value []byte, ttl *time.Duration) error {
 	if ttl != nil {
 		return ErrTTLUnsupported
@@ -236,18 +256,20 @@ func (c *Cache) Delete(ctx context.Context, key string) error {
 	return c.write(ctx, key, nil, false)
 }
 
-// Close closes the Kafka clients. Writes still in flight fail.
+// Close closes the Kafka clients. It does not wait for reads or writes in
+// flight: closing the client is what ends them. A write in flight returns an
+// error wrapping ErrClosed that says its outcome is unknown (the broker may
+// have its record); a load or Refresh in flight returns ErrClosed.
 func (c *Cache) Close(ctx context.Context) error {
 	if c.closed.Swap(true) {
 		return nil
 	}
 	c.admCl.Close()
-	// A refresh holding loadMu returns soon: its poll fails on the closed
-	// client, so wait for it rather than racing its use of c.cl.
-	c.loadMu.Lock()
-	defer c.loadMu.Unlock()
-	if c.cl != nil {
-		c.cl.Close()
+	c.clMu.Lock()
+	cl := c.cl
+	c.clMu.Unlock()
+	if cl != nil {
+		cl.Close()
 	}
 	return nil
 }
@@ -267,10 +289,15 @@ func (c *Cache) Refresh(ctx context.Context) error {
 	if !c.loaded.Load() {
 		return c.ensureLoaded(ctx)
 	}
-	c.loadMu.Lock()
-	defer c.loadMu.Unlock()
+	if err := c.lockLoad(ctx); err != nil {
+		return err
+	}
+	defer c.unlockLoad()
 	if c.closed.Load() {
 		return ErrClosed
+	}
+	if err := c.brokenErr(); err != nil {
+		return err
 	}
 	return c.readToEnd(ctx)
 }
@@ -358,19 +385,23 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 		return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: size, Limit: c.meta.maxMessageBytes}
 	}
 
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	if err := c.lockWrite(ctx); err != nil {
+		return fmt.Errorf("kafka_state: writing key %q to topic %q: an earlier write of this process is still unanswered, nothing written: %w", key, c.cfg.Topic, err)
+	}
 	c.mu.RLock()
 	e, ok := c.entries[key]
 	broken := c.broken
 	c.mu.RUnlock()
 	if broken != nil {
+		c.unlockWrite()
 		return broken
 	}
 	if ok && token < e.token {
+		c.unlockWrite()
 		return &FencedError{Topic: c.cfg.Topic, Key: key, Token: token, Current: e.token}
 	}
 	if add && ok && e.value != nil {
+		c.unlockWrite()
 		return service.ErrKeyAlreadyExists
 	}
 
@@ -387,25 +418,101 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 		Headers:   headers,
 		Partition: c.meta.partitionFor([]byte(key)),
 	}
-	if err := c.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-		if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
-			return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: recordBatchSize(r.Key, v, headers), Limit: c.meta.maxMessageBytes}
+	var current uint64 // the key's token once the record is applied
+	err := c.produce(ctx, r, func() {
+		c.put(r, token)
+		current = c.entries[key].token
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge):
+		return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: recordBatchSize(r.Key, v, headers), Limit: c.meta.maxMessageBytes}
+	case errors.Is(err, ErrClosed):
+		return fmt.Errorf("kafka_state: writing key %q to topic %q: the cache was closed with the write in flight (the write may or may not have happened): %w", key, c.cfg.Topic, ErrClosed)
+	case errors.Is(err, errNoAnswer):
+		return fmt.Errorf("kafka_state: writing key %q to topic %q: no answer from the broker before the deadline (the write may or may not have happened; the record may still land, a later read of the topic tells): %w", key, c.cfg.Topic, ctx.Err())
+	default:
+		return fmt.Errorf("kafka_state: writing key %q to topic %q (the write may or may not have happened): %w", key, c.cfg.Topic, err)
+	}
+	if current > token {
+		// A read running alongside brought a higher token after the
+		// check above: the record is in the topic and loses there.
+		return &FencedError{Topic: c.cfg.Topic, Key: key, Token: token, Current: current, Written: true}
+	}
+	return nil
+}
+
+// errNoAnswer is what produce returns when ctx ended before franz-go settled
+// the record.
+var errNoAnswer = errors.New("no answer before the deadline")
+
+// produce sends r, which the caller made under the write slot (lockWrite),
+// and waits for its outcome until ctx is done. The slot stays taken until
+// franz-go settles the record, so that the next write's record is never in
+// a batch with this one; onAck runs under c.mu if and when the broker
+// acknowledges r, whether or not the caller still waits (a record the
+// caller gave up on can land, and is then applied like any other).
+//
+// franz-go, by default, refuses to fail an idempotent record whose request
+// may have reached the broker (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+// a connection lost after the request went out) and retries it until the
+// broker answers, whatever the record's context says. The cache sets
+// AllowIdempotentProduceCancellation so that the record's context does end
+// it (franz-go then bumps the producer epoch, and the broker refuses a late
+// copy of the record once a later one is in: writes stay ordered); but that
+// happens at franz-go's next retry, and a request can wait for its answer
+// for the produce request timeout, so the caller does not wait for it:
+// errNoAnswer at ctx's end, ErrClosed when the client was closed.
+func (c *Cache) produce(ctx context.Context, r *kgo.Record, onAck func()) error {
+	done := make(chan error, 1)
+	c.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		if err == nil && onAck != nil {
+			c.mu.Lock()
+			onAck()
+			c.mu.Unlock()
+		}
+		c.unlockWrite()
+		done <- err
+	})
+	select {
+	case err := <-done:
+		if err != nil && (errors.Is(err, kgo.ErrClientClosed) || c.closed.Load()) {
+			return ErrClosed
+		}
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done: // settled meanwhile
+			if err == nil {
+				return nil
+			}
+		default:
 		}
 		if c.closed.Load() {
 			return ErrClosed
 		}
-		return fmt.Errorf("kafka_state: writing key %q to topic %q (the write may or may not have happened): %w", key, c.cfg.Topic, err)
+		return errNoAnswer
 	}
-	c.mu.Lock()
-	c.put(r, token)
-	e = c.entries[key]
-	c.mu.Unlock()
-	if e.token > token {
-		// A read running alongside brought a higher token after the
-		// check above: the record is in the topic and loses there.
-		return &FencedError{Topic: c.cfg.Topic, Key: key, Token: token, Current: e.token, Written: true}
+}
+
+func (c *Cache) lockWrite(ctx context.Context) error { return acquire(ctx, c.writeSem) }
+func (c *Cache) unlockWrite()                        { <-c.writeSem }
+func (c *Cache) lockLoad(ctx context.Context) error  { return acquire(ctx, c.loadSem) }
+func (c *Cache) unlockLoad()                         { <-c.loadSem }
+
+// acquire takes the slot of sem (capacity 1), or returns ctx's error.
+func acquire(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	default:
 	}
-	return nil
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // ensureLoaded creates or checks the topic and reads it to its end, once. A
@@ -419,13 +526,15 @@ func (c *Cache) ensureLoaded(ctx context.Context) error {
 	if c.loaded.Load() {
 		return c.brokenErr()
 	}
-	c.loadMu.Lock()
-	defer c.loadMu.Unlock()
+	if err := c.lockLoad(ctx); err != nil {
+		return fmt.Errorf("kafka_state: reading topic %q: %w", c.cfg.Topic, err)
+	}
+	defer c.unlockLoad()
 	if c.closed.Load() {
 		return ErrClosed
 	}
 	if c.loaded.Load() {
-		return nil
+		return c.brokenErr()
 	}
 	if err := c.load(ctx); err != nil {
 		return err
@@ -463,7 +572,7 @@ func (c *Cache) load(ctx context.Context) error {
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		// franz-go counts a batch with a 4 byte array length (or a
 		// varint of up to 5) on top of what the broker checks; with one
-		// record per batch (writeMu), this lets a record of exactly
+		// record per batch (writeSem), this lets a record of exactly
 		// max.message.bytes through and leaves the check to write.
 		kgo.ProducerBatchMaxBytes(clampBatchBytes(meta.maxMessageBytes+5)),
 		// Reads: every partition from its start, uncommitted, with
@@ -477,9 +586,21 @@ func (c *Cache) load(ctx context.Context) error {
 		// franz-go's default 100 MiB request cap must fit one batch.
 		opts = append(opts, kgo.BrokerMaxWriteBytes(int32(min(meta.maxMessageBytes, 1<<30))+1<<20))
 	}
-	if c.cl, err = kgo.NewClient(opts...); err != nil {
+	// The record's context ends a write whose outcome is unknown (see
+	// produce).
+	opts = append(opts, kgo.AllowIdempotentProduceCancellation())
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
 		return fmt.Errorf("kafka_state: %w", err)
 	}
+	c.clMu.Lock()
+	if c.closed.Load() {
+		c.clMu.Unlock()
+		cl.Close()
+		return ErrClosed
+	}
+	c.cl = cl
+	c.clMu.Unlock()
 	return c.readToEnd(ctx)
 }
 

@@ -125,12 +125,19 @@ func (c *Cache) readToEnd(ctx context.Context) error {
 
 func (c *Cache) writeBarrier(ctx context.Context, p int32) (int64, error) {
 	r := &kgo.Record{Topic: c.cfg.Topic, Partition: p, Key: barrierKey}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	if err := c.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+	if err := c.lockWrite(ctx); err != nil {
+		return 0, fmt.Errorf("kafka_state: writing a read barrier to topic %q partition %d: waiting for an earlier write: %w", c.cfg.Topic, p, err)
+	}
+	switch err := c.produce(ctx, r, nil); {
+	case err == nil:
+		return r.Offset, nil
+	case errors.Is(err, ErrClosed):
+		return 0, ErrClosed
+	case errors.Is(err, errNoAnswer):
+		return 0, fmt.Errorf("kafka_state: writing a read barrier to topic %q partition %d: no answer from the broker: %w", c.cfg.Topic, p, ctx.Err())
+	default:
 		return 0, fmt.Errorf("kafka_state: writing a read barrier to topic %q partition %d: %w", c.cfg.Topic, p, err)
 	}
-	return r.Offset, nil
 }
 
 // listOffsets lists start or end offsets of every partition of topic,

@@ -32,6 +32,8 @@ Every key is a record key and every value a record value of one compacted topic;
 - **Read-your-writes within one process.** The in-memory copy changes only after the broker acknowledged a write.
 - **Last write per key wins**, by offset within the key's partition, which is what compaction keeps; unless the writes carry fence tokens (below), where the highest token wins.
 - **A restart sees every acknowledged write**: a new process reads the whole topic on first use. A process does not see another live process's later writes until it reads the topic again (Go callers: `+"`Refresh`"+`).
+- **Every call returns by its context's deadline.** A write the broker has not answered by then returns an error saying the write may or may not have happened: the record can still land afterwards, and is then read like any other write. A process makes its writes one at a time; a write queued behind an unanswered one gives up at its own deadline and writes nothing. A reader waiting for another's read of the topic gives up at its deadline too, and a load cut short resumes where it stopped on the next call.
+- **Close does not wait** for reads or writes in flight: it closes the Kafka client, which ends them. A read in flight returns "cache is closed"; a write in flight returns an error that wraps it and says the write may or may not have happened (the broker may already hold the record).
 - **Never torn.** A value is exactly one record, never split: after a crash mid-write a key has its old value or its new one. A value whose record would exceed the topic's `+"`max.message.bytes`"+` is rejected with an error naming the key, the size and the limit.
 - **Transactions count once committed.** Records another producer wrote to the topic inside a Kafka transaction (the design has the kafka_eos output write its positions record inside the epoch's transaction) become visible when the commit marker is read, never if the transaction aborts. An open transaction does not hide the records after it: the cache reads uncommitted and resolves transactions from their markers, because a `+"`read_committed`"+` reader stops at the first open transaction.
 
@@ -48,7 +50,7 @@ A component that owns a key (the kafka_eos output owns its slot records) can sto
 
 - `+"`add`"+` fails with "key already exists" when this process knows the key; it is **not** a compare-and-set across processes: two processes adding the same key both succeed and the later record wins.
 - **No TTL.** A compacted topic keeps the last value of a key until the key is deleted, so a write with a TTL is rejected rather than stored forever.
-- A write that returns an error may still have been written (the produce outcome is unknown); the next read of the topic tells. While the brokers are unreachable a write waits: the context bounds the wait only until the record is in a produce request, after which franz-go keeps retrying rather than risk a duplicate.
+- A write that returns an error other than a refusal (TTL, size, fence, a topic the cache stopped on) may still have been written: the produce outcome is unknown, and the next read of the topic tells.
 - Memory: the whole key space is held in memory, and a new process reads the whole topic. This is a cache for small state (offsets, recovery records), not for bulk data.
 
 ### The topic
