@@ -14,14 +14,18 @@
 //     log of every in-sync replica. With replication factor 1 that is one
 //     broker's page cache (Kafka does not fsync per write); survive machine
 //     loss with replication factor >= 3 and min.insync.replicas >= 2.
+//
 //   - Read-your-writes within one process: the in-memory map is updated only
 //     after the broker acknowledged the write, and Get serves from the map.
+//
 //   - Last write per key wins, as compaction decides it: by offset within the
 //     key's partition. Writes made under WithFence carry a token, and the
 //     highest token wins (see WithFence).
+//
 //   - A new process sees everything acknowledged before it started: the
 //     topic is read to the end offsets listed at start on first use, and
 //     Refresh reads to the then-current end.
+//
 //   - Never torn: one value is one Kafka record, never split, so a crash
 //     mid-write leaves the old value or the new one.
 //
