@@ -3,7 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,4 +185,155 @@ func scanLines(s, sub string) []string {
 		}
 	}
 	return out
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// httpStatus waits until addr answers (generously) and returns the status of
+// method on path.
+func httpStatus(t *testing.T, method, url, body string) int {
+	t.Helper()
+	var lastErr error
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		require.NoError(t, err)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		_ = res.Body.Close()
+		return res.StatusCode
+	}
+	t.Fatalf("%s %s: %v", method, url, lastErr)
+	return 0
+}
+
+const idleStream = `
+input:
+  generate:
+    mapping: 'root = "x"'
+    interval: 1h
+output:
+  drop: {}
+`
+
+// TestHTTPListensOnLoopbackByDefault: with no http section the server binds
+// to 127.0.0.1:4195 (Benthos' own default is 0.0.0.0:4195, every interface).
+// The log line names the address before the server listens, so this holds
+// even when another process has the port.
+func TestHTTPListensOnLoopbackByDefault(t *testing.T) {
+	conf := writeConfig(t, idleStream)
+	p := startBin(t, "run", conf)
+	p.waitOutput(t, "Listening for HTTP requests at:")
+	require.Contains(t, p.output(), "Listening for HTTP requests at: http://"+DefaultHTTPAddress)
+
+	echo, err := exec.Command(kafkatest.Binary(t), "echo", conf).CombinedOutput()
+	require.NoError(t, err, "%s", echo)
+	require.Contains(t, string(echo), "address: "+DefaultHTTPAddress)
+}
+
+// TestHTTPAddressFromConfig: an address in the config is used as written,
+// every interface included.
+func TestHTTPAddressFromConfig(t *testing.T) {
+	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+	p := startBin(t, "run", writeConfig(t, "http:\n  address: 0.0.0.0:"+port+"\n"+idleStream))
+	p.waitOutput(t, "Listening for HTTP requests at: http://0.0.0.0:"+port)
+	require.Equal(t, http.StatusOK, httpStatus(t, "GET", "http://127.0.0.1:"+port+"/ready", ""))
+}
+
+// commandStream is a stream config that would run a shell command (touch a
+// file) if the binary had Benthos' command processor.
+func commandStream(marker string) string {
+	return fmt.Sprintf(`
+input:
+  generate:
+    mapping: 'root = "x"'
+    count: 1
+pipeline:
+  processors:
+    - command:
+        name: touch
+        args_mapping: '[ %q ]'
+output:
+  drop: {}
+`, marker)
+}
+
+// TestStreamsAPIIsOptIn: `streams` serves no stream API unless started with
+// --api; with it, the API works but a stream config that would run a command
+// is refused (the binary has no command or subprocess components) and
+// nothing runs.
+func TestStreamsAPIIsOptIn(t *testing.T) {
+	addr := freeAddr(t)
+	obs := writeConfig(t, "http:\n  address: "+addr+"\n")
+
+	off := startBin(t, "streams", "-o", obs)
+	off.waitOutput(t, "Listening for HTTP requests at:")
+	require.Equal(t, http.StatusOK, httpStatus(t, "GET", "http://"+addr+"/ready", ""))
+	require.Equal(t, http.StatusNotFound, httpStatus(t, "GET", "http://"+addr+"/streams", ""))
+	require.Contains(t, off.output(), "start with `streams --api`")
+	require.NoError(t, off.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, off.wait(t))
+
+	on := startBin(t, "streams", "--api", "-o", obs)
+	on.waitOutput(t, "Listening for HTTP requests at:")
+	require.Equal(t, http.StatusOK, httpStatus(t, "GET", "http://"+addr+"/streams", ""))
+	marker := filepath.Join(t.TempDir(), "ran")
+	code := httpStatus(t, "POST", "http://"+addr+"/streams/x", commandStream(marker))
+	require.GreaterOrEqual(t, code, 400, "a stream config with a command processor was accepted")
+	require.Equal(t, http.StatusOK, httpStatus(t, "POST", "http://"+addr+"/streams/y", idleStream))
+	_, err := os.Stat(marker)
+	require.True(t, os.IsNotExist(err), "the command ran: %v", err)
+}
+
+// TestNoProcessSpawningComponents: configs using command or subprocess do not
+// lint, with an error naming the component.
+func TestNoProcessSpawningComponents(t *testing.T) {
+	for name, conf := range map[string]string{
+		"command processor": commandStream("/tmp/x"),
+		"subprocess input":  "input:\n  subprocess:\n    name: cat\noutput:\n  drop: {}\n",
+		"subprocess output": "input:\n  generate:\n    mapping: root = 1\noutput:\n  subprocess:\n    name: cat\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := exec.Command(kafkatest.Binary(t), "lint", writeConfig(t, conf)).CombinedOutput()
+			require.Error(t, err, "%s", out)
+			require.Regexp(t, `command|subprocess`, string(out))
+		})
+	}
+}
+
+// TestHTTPBasicAuth: the docs/security.md recipe for exposing metrics: with
+// http.basic_auth (password_hash the base64 of the password's SHA-256)
+// /metrics, /ready and /version answer 401 without the password and 200
+// with it.
+func TestHTTPBasicAuth(t *testing.T) {
+	addr := freeAddr(t)
+	sum := sha256.Sum256([]byte("s3cret"))
+	conf := fmt.Sprintf(`
+http:
+  address: %s
+  basic_auth:
+    enabled: true
+    username: prometheus
+    password_hash: %s
+    algorithm: sha256
+metrics:
+  prometheus: {}
+`, addr, base64.StdEncoding.EncodeToString(sum[:])) + idleStream
+	p := startBin(t, "run", writeConfig(t, conf))
+	p.waitOutput(t, "Listening for HTTP requests at:")
+	for _, path := range []string{"/metrics", "/ready", "/version"} {
+		require.Equal(t, http.StatusUnauthorized, httpStatus(t, "GET", "http://"+addr+path, ""), path)
+		require.Equal(t, http.StatusOK, httpStatus(t, "GET", "http://prometheus:s3cret@"+addr+path, ""), path)
+		require.Equal(t, http.StatusUnauthorized, httpStatus(t, "GET", "http://prometheus:wrong@"+addr+path, ""), path)
+	}
 }

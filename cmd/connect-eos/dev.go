@@ -134,7 +134,7 @@ func runDev(ctx context.Context, o devOptions) error {
 	// Run the stream in a cloned environment whose metrics exporter we hold,
 	// so the summary can show the components' own counters.
 	exp := promexport.New()
-	env := service.GlobalEnvironment().Clone()
+	env := binaryEnvironment()
 	if err := env.RegisterMetricsExporter("dev_capture", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Logger) (service.MetricsExporter, error) {
 		return exp, nil
 	}); err != nil {

@@ -4,6 +4,12 @@
 // usual Benthos CLI works (run, lint, list, create, test, echo), plus `dev`,
 // which runs a config against an embedded Kafka-compatible broker.
 //
+// Secure by default: the HTTP server (metrics, readiness, and in streams
+// mode the API that creates streams) binds to 127.0.0.1:4195 unless the
+// config's http.address says otherwise; the streams API is off unless
+// `streams --api` is given; and the binary does not ship Benthos' command
+// and subprocess components, which run programs on the host.
+//
 // Exit codes: 0 after a clean shutdown (including a bounded input that
 // reached its stop offsets), 1 for a CLI or config error, 3 when a component
 // raised a fatal error (see package internal/fatal): the stream is shut down
@@ -16,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,8 +55,15 @@ func run(ctx context.Context, args []string) int {
 	})
 	defer restore()
 
+	env := binaryEnvironment()
+	cliArgs, apiOff := streamsAPIOptIn(args)
+	if apiOff {
+		fmt.Fprintln(os.Stderr, "connect-eos: streams mode: the HTTP API that creates streams is off; start with `streams --api` to turn it on")
+	}
 	code, err := service.RunCLIToCode(ctx,
-		service.CLIOptSetArgs(args...),
+		service.CLIOptSetEnvironment(env),
+		service.CLIOptSetMainSchemaFrom(func() *service.ConfigSchema { return mainSchema(env) }),
+		service.CLIOptSetArgs(cliArgs...),
 		service.CLIOptSetBinaryName("connect-eos"),
 		service.CLIOptSetProductName("connect-eos"),
 		service.CLIOptSetVersion(Version, ""),
@@ -64,6 +78,75 @@ func run(ctx context.Context, args []string) int {
 		return ExitFatal
 	}
 	return code
+}
+
+// spawningComponents are Benthos components (in its io bundle) that run
+// programs on the host. A config could then run any command as the
+// process's user; connect-eos has no use for them, so the binary drops them.
+var spawningComponents = []string{"command", "subprocess"}
+
+// binaryEnvironment is the plugin environment of the binary: every
+// registered component but spawningComponents.
+func binaryEnvironment() *service.Environment {
+	return service.GlobalEnvironment().Without(spawningComponents...)
+}
+
+// DefaultHTTPAddress is the binary's default for http.address: loopback
+// only. Benthos' own default, 0.0.0.0:4195, serves /metrics, /ready and
+// /version (and in streams mode an API that creates streams) to anyone who
+// can reach the host.
+const DefaultHTTPAddress = "127.0.0.1:4195"
+
+// mainSchema is Benthos' config schema with the binary's own defaults.
+func mainSchema(env *service.Environment) *service.ConfigSchema {
+	s := env.FullConfigSchema(Version, "")
+	s.SetFieldDefault(DefaultHTTPAddress, "http", "address")
+	return s
+}
+
+// streamsAPIFlag enables the streams mode's HTTP API (`connect-eos streams
+// --api`), which Benthos enables by default: it accepts new stream configs
+// from anyone who can reach the HTTP server.
+const streamsAPIFlag = "--api"
+
+// valueFlags are Benthos' global flags that take a value as the next
+// argument; streamsAPIOptIn skips them when looking for the subcommand.
+var valueFlags = map[string]bool{
+	"-c": true, "--config": true, "-r": true, "--resources": true, "-s": true, "--set": true,
+	"-e": true, "--env-file": true, "-t": true, "--templates": true, "--log.level": true,
+}
+
+// streamsAPIOptIn makes the streams mode's HTTP API opt-in: for the
+// `streams` subcommand it removes --api when given and otherwise adds
+// Benthos' --no-api (apiOff reports that). Other commands' arguments are
+// returned unchanged.
+func streamsAPIOptIn(args []string) (out []string, apiOff bool) {
+	i := 1
+	for i < len(args) && strings.HasPrefix(args[i], "-") {
+		if valueFlags[args[i]] {
+			i++
+		}
+		i++
+	}
+	if i >= len(args) || args[i] != "streams" {
+		return args, false
+	}
+	out = append([]string{}, args[:i+1]...)
+	api := false
+	for _, a := range args[i+1:] {
+		switch a {
+		case streamsAPIFlag, streamsAPIFlag + "=true":
+			api = true
+			continue
+		case "--no-api", "--no-api=true":
+			continue
+		}
+		out = append(out, a)
+	}
+	if !api {
+		out = append(out[:i+1], append([]string{"--no-api"}, out[i+1:]...)...)
+	}
+	return out, !api
 }
 
 // stopRelay turns a stop request (a fatal error, or SIGTERM/SIGINT) into the

@@ -105,3 +105,22 @@ func TestFatalErrorExitsNonZero(t *testing.T) {
 func TestFatalBeforeBenthosListensExitsNonZero(t *testing.T) {
 	require.Equal(t, ExitFatal, runFatalAfter(t, 0))
 }
+
+func TestStreamsAPIOptInArgs(t *testing.T) {
+	for _, c := range []struct {
+		in, want []string
+		off      bool
+	}{
+		{[]string{"ce", "run", "x.yaml"}, []string{"ce", "run", "x.yaml"}, false},
+		{[]string{"ce", "streams"}, []string{"ce", "streams", "--no-api"}, true},
+		{[]string{"ce", "streams", "--api", "-o", "o.yaml"}, []string{"ce", "streams", "-o", "o.yaml"}, false},
+		{[]string{"ce", "--log.level", "debug", "-r", "r.yaml", "streams", "a.yaml"}, []string{"ce", "--log.level", "debug", "-r", "r.yaml", "streams", "--no-api", "a.yaml"}, true},
+		{[]string{"ce", "-c", "streams", "run"}, []string{"ce", "-c", "streams", "run"}, false},
+		{[]string{"ce", "--chilled", "streams", "--no-api"}, []string{"ce", "--chilled", "streams", "--no-api"}, true},
+		{[]string{"ce", "--set=a=b", "streams", "--api=true"}, []string{"ce", "--set=a=b", "streams"}, false},
+	} {
+		got, off := streamsAPIOptIn(c.in)
+		require.Equal(t, c.want, got, "%v", c.in)
+		require.Equal(t, c.off, off, "%v", c.in)
+	}
+}

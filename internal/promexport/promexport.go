@@ -1,6 +1,7 @@
 // Package promexport is a Benthos metrics exporter named `prometheus` that
 // serves the stream's metrics in the Prometheus text format on the Benthos HTTP
-// server's /metrics endpoint (http.address, 0.0.0.0:4195 by default), as users
+// server's /metrics endpoint (http.address: 127.0.0.1:4195 by default in the
+// connect-eos binary, Benthos' 0.0.0.0:4195 in other builds), as users
 // of Redpanda Connect expect. Benthos core ships no Prometheus exporter, and
 // this project may not import Redpanda Connect's, so it is written here on
 // github.com/prometheus/client_golang.
