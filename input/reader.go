@@ -29,7 +29,43 @@ const (
 	metaFirstOffset = "kafka_first_offset"
 	metaLastOffset  = "kafka_last_offset"
 	metaRecordCount = "kafka_record_count"
+
+	// metaHeaderPrefix: a record header named like one of the keys above
+	// (message format) is kept under this prefix and its name, e.g.
+	// kafka_header_kafka_offset.
+	metaHeaderPrefix = "kafka_header_"
 )
+
+// headerMetaKey is the metadata key of a record header: its own name, unless
+// that is one of the keys the input sets itself.
+func headerMetaKey(k string) string {
+	switch k {
+	case metaKey, metaTopic, metaPartition, metaOffset, metaTimestamp, metaTombstone:
+		return metaHeaderPrefix + k
+	}
+	return k
+}
+
+// setHeaders sets the record headers hs as metadata of msg, which holds no
+// metadata yet. A header whose name repeats in the record keeps every value:
+// the metadata value is then a list of the values, in record order (a name
+// that appears once is a string, as usual).
+func setHeaders(msg *service.Message, hs []kgo.RecordHeader) {
+	for _, h := range hs {
+		k, v := headerMetaKey(h.Key), string(h.Value)
+		prev, ok := msg.MetaGetMut(k)
+		switch {
+		case !ok:
+			msg.MetaSetMut(k, v)
+		default:
+			if l, isList := prev.([]any); isList {
+				msg.MetaSetMut(k, append(l, v))
+			} else {
+				msg.MetaSetMut(k, []any{prev, v})
+			}
+		}
+	}
+}
 
 // pollTimeout bounds one PollFetches so that the loop re-evaluates pauses and
 // probes even when every partition is paused or idle (PollFetches blocks
@@ -264,15 +300,18 @@ func (f *fetchLoop) send(ctx context.Context, b readyBatch) bool {
 func (f *fetchLoop) toMessage(r *kgo.Record) *service.Message {
 	tomb := r.Value == nil
 	msg := service.NewMessage(r.Value)
+	// Headers first, the input's own keys last: whoever produces to the
+	// input topic chooses the headers, and must not choose what the input
+	// says about the record (a forged kafka_offset would make a dedupe
+	// keyed on it drop every later record of the partition; a forged
+	// kafka_partition would redirect a copy partitioned by it).
+	setHeaders(msg, r.Headers)
 	msg.MetaSetMut(metaKey, string(r.Key))
 	msg.MetaSetMut(metaTopic, r.Topic)
 	msg.MetaSetMut(metaPartition, int64(r.Partition))
 	msg.MetaSetMut(metaOffset, r.Offset)
 	msg.MetaSetMut(metaTimestamp, r.Timestamp.UnixMilli())
 	msg.MetaSetMut(metaTombstone, tomb)
-	for _, h := range r.Headers {
-		msg.MetaSetMut(h.Key, string(h.Value))
-	}
 	if tomb && f.cfg.tombstones == tombstonesFail {
 		msg.SetError(fmt.Errorf("tombstone (null value) at %s:%d offset %d", r.Topic, r.Partition, r.Offset))
 	}

@@ -36,6 +36,7 @@ var scenarios = []struct {
 	{"TombstonesEmit", scenarioTombstonesEmit},
 	{"TombstonesDrop", scenarioTombstonesDrop},
 	{"TombstonesFail", scenarioTombstonesFail},
+	{"HeadersNeverOverwriteMetadata", scenarioHeadersNeverOverwriteMetadata},
 	{"CommittedStartResets", scenarioCommittedStartResets},
 	{"NackedBatchReplayedNeverCommittedPast", scenarioNackReplay},
 	{"UnboundedMultiPartition", scenarioUnboundedMultiPartition},
