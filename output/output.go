@@ -692,8 +692,8 @@ func (o *output) toRecords(batch service.MessageBatch) (batchRecords, error) {
 			}
 		}
 		if o.conf.metadata != nil {
-			_ = o.conf.metadata.Walk(msg, func(k, v string) error {
-				r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+			_ = o.conf.metadata.WalkMut(msg, func(k string, v any) error {
+				r.Headers = appendHeaders(r.Headers, k, v)
 				return nil
 			})
 		}
@@ -835,4 +835,31 @@ func allTrue(b []bool) bool {
 		}
 	}
 	return true
+}
+
+// appendHeaders appends the record headers of one metadata value: one header,
+// or, for a list (kafka_native sets one for a header name repeated in a
+// record), one per element in order. Values are rendered as Benthos renders
+// metadata as strings.
+func appendHeaders(hs []kgo.RecordHeader, k string, v any) []kgo.RecordHeader {
+	l, isList := v.([]any)
+	if !isList {
+		l = []any{v}
+	}
+	for _, e := range l {
+		var b []byte
+		switch e := e.(type) {
+		case string:
+			b = []byte(e)
+		case []byte:
+			b = e
+		default:
+			tmp := service.NewMessage(nil)
+			tmp.MetaSetMut(k, e)
+			s, _ := tmp.MetaGet(k)
+			b = []byte(s)
+		}
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: b})
+	}
+	return hs
 }

@@ -282,7 +282,7 @@ finished).
 				Description("The partition, with `partitioner: manual`.").
 				Optional(),
 			service.NewMetadataFilterField(keoFieldMetadata).
-				Description("Which metadata keys are written as record headers. The default writes none.").
+				Description("Which metadata keys are written as record headers. A list value is written as one header per element, in order (`kafka_native` reads a header name repeated in one record as such a list). The default writes none.").
 				Optional(),
 			service.NewStringEnumField(keoFieldCompression, kafkaconf.CompressionNames...).
 				Description("The compression codec of produced batches. Default `none`.").
