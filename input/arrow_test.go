@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
+	"github.com/connect-eos/connect-eos/handover"
 )
 
 // The format: arrow scenarios run with the others, on kfake and on Kafka.
@@ -34,7 +35,7 @@ type arrowMsg struct {
 	topic              string
 	partition          int64
 	first, last, count int64
-	span               Span
+	span               handover.Span
 	hasSpan            bool
 	rows               []*kgo.Record
 }
@@ -66,7 +67,7 @@ func (h *harness) readArrow(d time.Duration) []arrowMsg {
 		am.count, _ = meta(metaRecordCount).(int64)
 		_, hasKey := m.MetaGetMut(metaKey)
 		assert.False(h.t, hasKey, "no per-record metadata in arrow mode")
-		am.span, am.hasSpan = SpanOf(m)
+		am.span, am.hasSpan = handover.SpanOf(m)
 		require.NoError(h.t, ack(ctx, nil))
 		out = append(out, am)
 	}

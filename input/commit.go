@@ -18,7 +18,7 @@ import (
 // The default, groupCommitter, commits them to the consumer group with an
 // OffsetCommit request. A kafka_eos output that commits the group's offsets
 // inside its transactions takes the commit step over instead (see
-// CommitTakeover in handover.go).
+// handover.CommitTakeover).
 type OffsetCommitter interface {
 	CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error
 }

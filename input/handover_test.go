@@ -12,6 +12,8 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/connect-eos/connect-eos/handover"
 )
 
 // fakeTakeover stands in for a kafka_eos output that commits the group's
@@ -22,7 +24,7 @@ type fakeTakeover struct {
 	offsets map[string]map[int32]int64
 	calls   int
 	starts  map[string]map[int32]int64
-	member  GroupState
+	member  handover.GroupState
 	revoked []map[string][]int32
 	// ownedAtRevoke records, per revoked partition, whether the member
 	// still said it owned it when Revoked was called.
@@ -45,7 +47,7 @@ func (f *fakeTakeover) StartAt(starts map[string]map[int32]int64) {
 	}
 }
 
-func (f *fakeTakeover) Member(m GroupState) {
+func (f *fakeTakeover) Member(m handover.GroupState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.member = m
@@ -110,8 +112,8 @@ func TestCommitTakeover(t *testing.T) {
 
 	res := service.MockResources()
 	ft := &fakeTakeover{offsets: map[string]map[int32]int64{}}
-	require.NoError(t, RegisterCommitTakeover(res, group, ft))
-	require.Error(t, RegisterCommitTakeover(res, group, ft), "one takeover per group")
+	require.NoError(t, handover.RegisterCommitTakeover(res, group, ft))
+	require.Error(t, handover.RegisterCommitTakeover(res, group, ft), "one takeover per group")
 
 	h := e.newInputWith(t, fmt.Sprintf(`
 topics: [ %s ]
@@ -128,17 +130,17 @@ commit_period: 10ms
 	// Nothing committed: the starts (reset_offset earliest) are handed
 	// over at Connect, before any batch.
 	assert.Equal(t, map[int32]int64{0: 0, 1: 0}, ft.startsOf(topic), "starts handed over at Connect")
-	var spans []Span
+	var spans []handover.Span
 	for {
 		b, ack, err := h.in.ReadBatch(ctx)
 		if err != nil {
 			require.ErrorIs(t, err, service.ErrEndOfInput)
 			break
 		}
-		s, ok := SpanOf(b[0])
+		s, ok := handover.SpanOf(b[0])
 		require.True(t, ok)
 		for _, m := range b {
-			s2, _ := SpanOf(m)
+			s2, _ := handover.SpanOf(m)
 			assert.Equal(t, s, s2, "one span per batch")
 			off, _ := m.MetaGetMut(metaOffset)
 			assert.GreaterOrEqual(t, off.(int64), s.From)
@@ -172,7 +174,7 @@ func TestCommitTakeoverMembership(t *testing.T) {
 	e.commit(t, group, topic, 1, 4)
 	res := service.MockResources()
 	ft := &fakeTakeover{offsets: map[string]map[int32]int64{}}
-	require.NoError(t, RegisterCommitTakeover(res, group, ft))
+	require.NoError(t, handover.RegisterCommitTakeover(res, group, ft))
 	conf := fmt.Sprintf(`
 topics: [ %s ]
 consumer_group: %s
@@ -191,7 +193,7 @@ revoke_ack_timeout: 300ms
 	for len(seen) < 2 {
 		b, ack, err := h.in.ReadBatch(ctx)
 		require.NoError(t, err)
-		s, ok := SpanOf(b[0])
+		s, ok := handover.SpanOf(b[0])
 		require.True(t, ok)
 		if !seen[s.Partition] {
 			// The first batch of the partition: its start was handed

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
+	"github.com/connect-eos/connect-eos/handover"
 	"github.com/connect-eos/connect-eos/internal/fatal"
 )
 
@@ -194,7 +195,7 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 // with group_membership the starts are resolved per assignment instead.
 func (in *kafkaInput) preflight(ctx context.Context, adm *kadm.Client) ([]*partPlan, error) {
 	cfg := in.cfg
-	t, takeover := lookupTakeover(in.mgr, cfg.group)
+	t, takeover := handover.Lookup(in.mgr, cfg.group)
 	if takeover && cfg.group != "" {
 		// The output that commits this group's offsets recovers
 		// first, so the committed offsets read below are final.

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
+	"github.com/connect-eos/connect-eos/handover"
 )
 
 // Metadata keys set on every message.
@@ -218,12 +219,12 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		if pending && sp != nil {
 			f.tr.update(p, func(ps *partState) { ps.emitted += emitted })
 			if f.cfg.group != "" {
-				s := Span{Topic: p.Topic, Partition: p.Partition, From: sp.from, To: sp.to, Generation: -1}
+				s := handover.Span{Topic: p.Topic, Partition: p.Partition, From: sp.from, To: sp.to, Generation: -1}
 				if f.cfg.membership {
 					s.MemberID, s.Generation = f.cl.GroupMetadata()
 					s.Assignment = sp.owner.assignment
 				}
-				withSpan(msgs, s)
+				handover.WithSpan(msgs, s)
 			}
 			if !f.send(ctx, readyBatch{msgs: msgs, tp: p, sp: sp}) {
 				return false

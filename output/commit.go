@@ -9,7 +9,7 @@ import (
 	"github.com/Jeffail/shutdown"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/connect-eos/connect-eos/input"
+	"github.com/connect-eos/connect-eos/handover"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -155,7 +155,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	o.mu.Lock()
 	records := ep.records
 	o.mu.Unlock()
-	var spans []input.Span
+	var spans []handover.Span
 	var offs []plannedOffset
 	if o.k2k != nil {
 		spans = ep.spans()

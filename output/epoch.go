@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/connect-eos/connect-eos/input"
+	"github.com/connect-eos/connect-eos/handover"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -23,7 +23,7 @@ type batchRef struct {
 	msgOf []int
 	errs  map[int]error // guarded by epoch.mu: per-message produce failures
 	// spans are the source ranges of the batch (Kafka-to-Kafka mode).
-	spans []input.Span
+	spans []handover.Span
 	// kps are the keys and positions of the messages written (dedupe
 	// mode; replays dropped).
 	kps []txnstate.KeyPos
@@ -148,8 +148,8 @@ func recordSize(r *kgo.Record) int {
 }
 
 // spans returns the source spans of every batch (Kafka-to-Kafka mode).
-func (ep *epoch) spans() []input.Span {
-	var out []input.Span
+func (ep *epoch) spans() []handover.Span {
+	var out []handover.Span
 	for _, b := range ep.batches {
 		out = append(out, b.spans...)
 	}

@@ -15,12 +15,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/connect-eos/connect-eos/input"
+	"github.com/connect-eos/connect-eos/handover"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
 // Kafka-to-Kafka mode (consumer_group set): the output is the group's
-// input.CommitTakeover. Every epoch commits, at step 2 of the commit sequence
+// handover.CommitTakeover. Every epoch commits, at step 2 of the commit sequence
 // (after its records are flushed, before PREPARE), the source offsets it may
 // commit (invariant I8) with AddOffsetsToTxn + TxnOffsetCommit on its slot's
 // transaction, so that they commit or abort with its records (I3).
@@ -36,7 +36,7 @@ import (
 //     acknowledged downstream. Everything below such a position is acked:
 //     filtered out, a marker, a stop, or in an epoch that already committed
 //     (an ack follows the commit, I2). So the floor may always be committed;
-//   - the spans (input.SpanOf) of epochs that committed without their run
+//   - the spans (handover.SpanOf) of epochs that committed without their run
 //     being contiguous yet (out-of-order batches), and those of the epoch
 //     being committed. Spans of an epoch enter the held set only once it
 //     committed: an aborted epoch's ranges are never part of a run.
@@ -49,7 +49,7 @@ type k2k struct {
 	committed map[topicPartition]int64
 	floor     map[topicPartition]int64
 	base      map[topicPartition]int64
-	held      []input.Span
+	held      []handover.Span
 	topicIDs  map[string][16]byte // TxnOffsetCommit v6+ names topics by id
 	// admitted is, per partition, the end of the ranges that joined an
 	// epoch not aborted (admitLocked).
@@ -59,7 +59,7 @@ type k2k struct {
 	// group_membership (nil otherwise): offsets are then committed only
 	// for partitions this member owns, under the assignment their records
 	// were read in, with the generation and member id of commit time.
-	member input.GroupState
+	member handover.GroupState
 }
 
 func newK2K(group string) *k2k {
@@ -91,7 +91,7 @@ var errRejoining = errors.New("kafka_eos: the group member is rejoining its grou
 
 // currentLocked reports whether span s was read under the member's current
 // assignment of its partition (always true without group_membership).
-func (k *k2k) currentLocked(s input.Span) bool {
+func (k *k2k) currentLocked(s handover.Span) bool {
 	if k.member == nil {
 		return true
 	}
@@ -101,7 +101,7 @@ func (k *k2k) currentLocked(s input.Span) bool {
 
 // staleSpans counts the spans read under an assignment this member no longer
 // holds.
-func (k *k2k) staleSpans(spans []input.Span) int {
+func (k *k2k) staleSpans(spans []handover.Span) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	n := 0
@@ -115,7 +115,7 @@ func (k *k2k) staleSpans(spans []input.Span) int {
 
 // plan computes the offsets epoch spans let us commit now. It changes
 // nothing: commitDone does, once the epoch committed.
-func (k *k2k) plan(spans []input.Span, log *service.Logger) ([]plannedOffset, error) {
+func (k *k2k) plan(spans []handover.Span, log *service.Logger) ([]plannedOffset, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	// The member's state is read once per partition: the input changes it
@@ -300,12 +300,12 @@ func (k *k2k) forget(parts map[string][]int32) {
 			delete(k.committed, tp)
 		}
 	}
-	k.held = slices.DeleteFunc(k.held, func(s input.Span) bool { return gone[topicPartition{s.Topic, s.Partition}] })
+	k.held = slices.DeleteFunc(k.held, func(s handover.Span) bool { return gone[topicPartition{s.Topic, s.Partition}] })
 	k.signalLocked()
 }
 
 // holds reports whether any of spans belongs to parts.
-func holds(spans []input.Span, parts map[string][]int32) bool {
+func holds(spans []handover.Span, parts map[string][]int32) bool {
 	for _, s := range spans {
 		if slices.Contains(parts[s.Topic], s.Partition) {
 			return true
@@ -316,7 +316,7 @@ func holds(spans []input.Span, parts map[string][]int32) bool {
 
 // commitDone records a committed epoch: its spans are held (until the
 // committed offsets pass them) and its offsets are the group's.
-func (k *k2k) commitDone(spans []input.Span, offs []plannedOffset) {
+func (k *k2k) commitDone(spans []handover.Span, offs []plannedOffset) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, o := range offs {
@@ -359,7 +359,7 @@ func (k *k2k) resetAdmitted() {
 // partition's contiguous run can reach (committed, handed over, or admitted
 // into a live epoch), and admits them if so. A partition with nothing known
 // admits anything (see plan).
-func (k *k2k) admissible(spans []input.Span, force bool) (bool, <-chan struct{}) {
+func (k *k2k) admissible(spans []handover.Span, force bool) (bool, <-chan struct{}) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if !force {
@@ -398,7 +398,7 @@ func (k *k2k) admissible(spans []input.Span, force bool) (bool, <-chan struct{})
 // again). A batch mixing current and stale spans (a processor merged
 // partitions) cannot be split: it is an error (nacked), logged. Called with
 // o.mu held.
-func (o *output) dropStaleLocked(spans []input.Span) (bool, error) {
+func (o *output) dropStaleLocked(spans []handover.Span) (bool, error) {
 	n := o.k2k.staleSpans(spans)
 	switch {
 	case n == 0:
@@ -438,7 +438,7 @@ var ErrOutOfOrder = errors.New("kafka_eos: batch ahead of its partition's commit
 // commits. After admitWait the batch is nacked with ErrOutOfOrder (counted
 // and logged). Called with o.mu held, after joinLocked; it returns the epoch
 // to join (the open one may have changed while it waited).
-func (o *output) admitLocked(ctx context.Context, spans []input.Span, ep *epoch) (*epoch, error) {
+func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epoch) (*epoch, error) {
 	var (
 		deadline <-chan time.Time
 		waited   time.Duration
@@ -600,7 +600,7 @@ func (o *output) loadCommitted(ctx context.Context) error {
 	return nil
 }
 
-// Ready implements input.CommitTakeover: it returns once the output's
+// Ready implements handover.CommitTakeover: it returns once the output's
 // Connect-time recovery finished (and the group's committed offsets are
 // final).
 func (o *output) Ready(ctx context.Context) error {
@@ -614,7 +614,7 @@ func (o *output) Ready(ctx context.Context) error {
 	}
 }
 
-// StartAt implements input.CommitTakeover: where the input starts reading
+// StartAt implements handover.CommitTakeover: where the input starts reading
 // partitions, handed over before any batch of them. It makes every epoch's
 // offsets committable from the partition's first batch on, committed offset or
 // not (before it, such epochs committed records without offsets).
@@ -624,8 +624,8 @@ func (o *output) StartAt(starts map[string]map[int32]int64) {
 	}
 }
 
-// Member implements input.CommitTakeover: the input reads as a group member.
-func (o *output) Member(m input.GroupState) {
+// Member implements handover.CommitTakeover: the input reads as a group member.
+func (o *output) Member(m handover.GroupState) {
 	if k := o.k2k; k != nil {
 		k.mu.Lock()
 		k.member = m
@@ -633,7 +633,7 @@ func (o *output) Member(m input.GroupState) {
 	}
 }
 
-// Revoked implements input.CommitTakeover: the member gave parts up. What
+// Revoked implements handover.CommitTakeover: the member gave parts up. What
 // this output held for them is forgotten; the open epoch is sealed if it holds
 // their records, and Revoked waits (up to ctx) until every epoch that holds
 // their records or is already committing has finished, so that nothing of
@@ -673,7 +673,7 @@ func (o *output) Revoked(ctx context.Context, parts map[string][]int32) {
 	o.log.Debugf("kafka_eos: group %s: revoke of %v: %d epochs finished", k.group, parts, len(waits))
 }
 
-// CommitOffsets implements input.CommitTakeover: positions acknowledged
+// CommitOffsets implements handover.CommitTakeover: positions acknowledged
 // downstream, committed with the next epoch (one of offsets only if no epoch
 // is open). With a deadline on ctx it returns once they are committed.
 func (o *output) CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error {
@@ -735,10 +735,10 @@ func (o *output) ensureEpoch(ctx context.Context) error {
 }
 
 // spansOf returns the distinct spans of a batch's messages.
-func spansOf(batch service.MessageBatch) []input.Span {
-	var out []input.Span
+func spansOf(batch service.MessageBatch) []handover.Span {
+	var out []handover.Span
 	for _, m := range batch {
-		s, ok := input.SpanOf(m)
+		s, ok := handover.SpanOf(m)
 		if !ok {
 			continue
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/connect-eos/connect-eos/input"
+	"github.com/connect-eos/connect-eos/handover"
 )
 
 // fakeGroup is the input's group state as a test sets it: which partitions
@@ -53,8 +53,8 @@ func (f *fakeGroup) revoke(p int32) {
 
 // memberSpan is the span [from, to) of partition p of the input topic read
 // under assignment id.
-func memberSpan(p int32, from, to int64, id uint64) input.Span {
-	return input.Span{Topic: k2kIn, Partition: p, From: from, To: to, Generation: 1, MemberID: "m", Assignment: id}
+func memberSpan(p int32, from, to int64, id uint64) handover.Span {
+	return handover.Span{Topic: k2kIn, Partition: p, From: from, To: to, Generation: 1, MemberID: "m", Assignment: id}
 }
 
 // TestK2KMemberRevokedPartitions: with group_membership, a batch read under
@@ -74,7 +74,7 @@ func TestK2KMemberRevokedPartitions(t *testing.T) {
 	// Partition 0 was revoked and assigned again (assignment 2): a batch
 	// read under assignment 1 is dropped.
 	old := batchOf("old", 3)
-	input.WithSpan(old, memberSpan(0, 0, 10, 1))
+	handover.WithSpan(old, memberSpan(0, 0, 10, 1))
 	if err := o.WriteBatch(ctx, old); err != nil {
 		t.Fatalf("stale batch: %v, want it dropped (acknowledged)", err)
 	}
@@ -86,7 +86,7 @@ func TestK2KMemberRevokedPartitions(t *testing.T) {
 	// epoch's commit: the epoch aborts.
 	o.hooks = &testHooks{beforeCommit: func(uint64) { fg.revoke(1) }}
 	b := batchOf("b", 3)
-	input.WithSpan(b, memberSpan(1, 0, 10, 1))
+	handover.WithSpan(b, memberSpan(1, 0, 10, 1))
 	if err := o.WriteBatch(ctx, b); !errors.Is(err, errRevoked) {
 		t.Fatalf("batch of a partition revoked before its commit: %v, want %v", err, errRevoked)
 	}
@@ -103,7 +103,7 @@ func TestK2KMemberRevokedPartitions(t *testing.T) {
 	fg.member = ""
 	fg.mu.Unlock()
 	cur := batchOf("cur", 3)
-	input.WithSpan(cur, memberSpan(0, 0, 10, 2))
+	handover.WithSpan(cur, memberSpan(0, 0, 10, 2))
 	if err := o.WriteBatch(ctx, cur); !errors.Is(err, errRejoining) {
 		t.Fatalf("batch of an owned partition while rejoining: %v, want %v", err, errRejoining)
 	}
@@ -144,7 +144,7 @@ func restampAfterRebalance(t *testing.T, e k2kTopics, txnID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b := batchOf("r", 3)
-	input.WithSpan(b, input.Span{Topic: e.in, Partition: 0, From: 0, To: 10, Generation: gen - 1, MemberID: mem, Assignment: 1})
+	handover.WithSpan(b, handover.Span{Topic: e.in, Partition: 0, From: 0, To: 10, Generation: gen - 1, MemberID: mem, Assignment: 1})
 	if err := o.WriteBatch(ctx, b); err != nil {
 		t.Fatalf("write: %v", err)
 	}

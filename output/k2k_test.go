@@ -16,7 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/connect-eos/connect-eos/input"
+	"github.com/connect-eos/connect-eos/handover"
+	_ "github.com/connect-eos/connect-eos/input" // kafka_native, for the streams these tests build
 	"github.com/connect-eos/connect-eos/internal/fatal"
 )
 
@@ -333,7 +334,7 @@ func stopMidCopyAndRestart(t *testing.T, e k2kTopics, txnID string, n int) {
 // partition p of the input topic.
 func spanBatch(prefix string, p int32, from, to int64, n int) service.MessageBatch {
 	b := batchOf(prefix, n)
-	input.WithSpan(b, input.Span{Topic: k2kIn, Partition: p, From: from, To: to, Generation: -1})
+	handover.WithSpan(b, handover.Span{Topic: k2kIn, Partition: p, From: from, To: to, Generation: -1})
 	return b
 }
 
@@ -442,7 +443,7 @@ func k2kCrashedEpoch(t *testing.T, txnID string, p int32, step commitStep) ([]st
 // nor the offsets move (I3).
 func TestK2KCrashBeforePrepare(t *testing.T) {
 	brokers, res, o := k2kCrashedEpoch(t, "k2k-crash", 0, stepProduced)
-	input.ReleaseCommitTakeover(res, k2kGroup, o) // the process died
+	handover.ReleaseCommitTakeover(res, k2kGroup, o) // the process died
 	k2kOutput(t, res, brokers, "k2k-crash")
 	if got := readCommitted(t, brokers, testTopic); len(got) != 0 {
 		t.Fatalf("records of the crashed epoch visible: %v", got)
@@ -467,7 +468,7 @@ func TestK2KCrashAfterPrepare(t *testing.T) {
 	if !ok || r.Group != k2kGroup || len(r.SourceOffsets) != 1 || r.SourceOffsets[0].Offset != 10 {
 		t.Fatalf("PREPARE record %+v: want the source offsets", r)
 	}
-	input.ReleaseCommitTakeover(res, k2kGroup, o) // the process died
+	handover.ReleaseCommitTakeover(res, k2kGroup, o) // the process died
 	k2kOutput(t, res, brokers, "k2k-crash2")
 	if got := readCommitted(t, brokers, testTopic); len(got) != 4 {
 		t.Fatalf("after the resume: %v, want 4 records", got)
@@ -759,7 +760,7 @@ func testK2KCommitReportedButAborted(t *testing.T, e k2kTopics, txnID string) {
 	defer func() { restore() }()
 	span := func(prefix string, from, to int64) service.MessageBatch {
 		b := batchOf(prefix, int(to-from))
-		input.WithSpan(b, input.Span{Topic: e.in, Partition: 0, From: from, To: to, Generation: -1})
+		handover.WithSpan(b, handover.Span{Topic: e.in, Partition: 0, From: from, To: to, Generation: -1})
 		return b
 	}
 	res := newResources()
@@ -781,7 +782,7 @@ func testK2KCommitReportedButAborted(t *testing.T, e k2kTopics, txnID string) {
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
 	_ = a.Close(cctx)
-	input.ReleaseCommitTakeover(res, e.grp, a)
+	handover.ReleaseCommitTakeover(res, e.grp, a)
 	restore()
 	restore = fatal.SetHandler(nil)
 

@@ -26,7 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
-	"github.com/connect-eos/connect-eos/input"
+	"github.com/connect-eos/connect-eos/handover"
 	"github.com/connect-eos/connect-eos/internal/fatal"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
@@ -110,7 +110,7 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 		// Benthos constructs every component before any connects: the
 		// kafka_native input of this group finds us at its Connect.
 		o.k2k = newK2K(c.group)
-		if err := input.RegisterCommitTakeover(res, c.group, o); err != nil {
+		if err := handover.RegisterCommitTakeover(res, c.group, o); err != nil {
 			return nil, fieldErr(keoFieldConsumerGroup, err)
 		}
 	}
@@ -246,7 +246,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		}
 	}
 
-	var spans []input.Span
+	var spans []handover.Span
 	if o.k2k != nil {
 		spans = spansOf(batch)
 	}
@@ -814,7 +814,7 @@ func (o *output) Close(ctx context.Context) error {
 	}
 	close(o.closedCh)
 	if o.k2k != nil {
-		input.ReleaseCommitTakeover(o.res, o.conf.group, o)
+		handover.ReleaseCommitTakeover(o.res, o.conf.group, o)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -1,0 +1,61 @@
+package handover
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type nopTakeover struct{ name string }
+
+func (nopTakeover) Ready(context.Context) error { return nil }
+func (nopTakeover) CommitOffsets(context.Context, map[string]map[int32]int64) error {
+	return nil
+}
+func (nopTakeover) StartAt(map[string]map[int32]int64)          {}
+func (nopTakeover) Member(GroupState)                           {}
+func (nopTakeover) Revoked(context.Context, map[string][]int32) {}
+
+// TestRegisterRelease: one takeover per group; a released group takes a new
+// one; releasing someone else's takeover does nothing.
+func TestRegisterRelease(t *testing.T) {
+	res := service.MockResources()
+	a, b := &nopTakeover{"a"}, &nopTakeover{"b"}
+	_, ok := Lookup(res, "g")
+	assert.False(t, ok)
+	require.NoError(t, RegisterCommitTakeover(res, "g", a))
+	require.Error(t, RegisterCommitTakeover(res, "g", b), "one takeover per group")
+	require.NoError(t, RegisterCommitTakeover(res, "other", b), "groups are independent")
+	ReleaseCommitTakeover(res, "g", b) // not g's: nothing happens
+	got, ok := Lookup(res, "g")
+	require.True(t, ok)
+	assert.Same(t, a, got)
+	ReleaseCommitTakeover(res, "g", a)
+	_, ok = Lookup(res, "g")
+	assert.False(t, ok, "released")
+	require.NoError(t, RegisterCommitTakeover(res, "g", b), "a released group takes a new takeover")
+	got, _ = Lookup(res, "g")
+	assert.Same(t, b, got)
+}
+
+// TestSpanTravelsInContext: WithSpan stamps every message; a message built
+// from scratch carries none.
+func TestSpanTravelsInContext(t *testing.T) {
+	b := service.MessageBatch{service.NewMessage([]byte("a")), service.NewMessage([]byte("b"))}
+	s := Span{Topic: "t", Partition: 3, From: 10, To: 20, Generation: -1}
+	WithSpan(b, s)
+	for _, m := range b {
+		got, ok := SpanOf(m)
+		require.True(t, ok)
+		assert.Equal(t, s, got)
+		c := m.Copy()
+		got, ok = SpanOf(c)
+		assert.True(t, ok, "a copy keeps the span")
+		assert.Equal(t, s, got)
+	}
+	_, ok := SpanOf(service.NewMessage(nil))
+	assert.False(t, ok)
+}
