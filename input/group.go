@@ -35,7 +35,7 @@ import (
 //   - OnPartitionsLost commits nothing: the session is gone and a late commit
 //     could move the offset backwards behind the new owner.
 //   - With a kafka_eos output committing the group's offsets in its
-//     transactions (Kafka-to-Kafka, KIP-447), the member is its GroupState:
+//     transactions (Kafka-to-Kafka, KIP-447), the member is its handover.GroupState:
 //     every span carries the id of the assignment it was read under, and the
 //     output commits a partition's offsets only under the current assignment,
 //     with the generation and member id of commit time (a partition kept
@@ -61,7 +61,7 @@ type groupMember struct {
 	cl      atomic.Pointer[kgo.Client] // the consuming client, for GroupMetadata
 }
 
-// Assignment implements GroupState.
+// Assignment implements handover.GroupState.
 func (g *groupMember) Assignment(topic string, partition int32) (uint64, int32, string, bool) {
 	id, ok := g.tr.assignmentOf(tp{topic, partition})
 	if !ok {

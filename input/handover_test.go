@@ -275,7 +275,7 @@ func TestFinalCommitWaitsForTakeover(t *testing.T) {
 			if failing {
 				st.fail = errors.New("the epoch carrying the offsets aborted")
 			}
-			require.NoError(t, RegisterCommitTakeover(res, group, st))
+			require.NoError(t, handover.RegisterCommitTakeover(res, group, st))
 			h := e.newInputWith(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\ncommit_period: 1h\n", topic, group), res)
 			h.mustConnect()
 			gs, err := h.readUntilEnd(readTimeout)
