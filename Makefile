@@ -4,7 +4,7 @@
 .PHONY: quickstart test unit build lint docs bench
 
 build:
-	go build -o bin/connect-eos ./cmd/connect-eos
+	go build -buildvcs=auto -o bin/connect-eos ./cmd/connect-eos
 
 quickstart:
 	go run ./cmd/connect-eos dev \

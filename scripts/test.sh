@@ -53,7 +53,7 @@ start_broker 2
 
 # Build the binary once: the process-level tests (kill -9, exit codes) run it.
 mkdir -p bin
-go build -o bin/connect-eos ./cmd/connect-eos
+go build -buildvcs=auto -o bin/connect-eos ./cmd/connect-eos
 export CONNECT_EOS_BIN="$PWD/bin/connect-eos"
 
 log "go test -race ${GO_TEST_PKGS:-./...}"

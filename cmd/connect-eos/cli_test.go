@@ -337,3 +337,102 @@ metrics:
 		require.Equal(t, http.StatusUnauthorized, httpStatus(t, "GET", "http://prometheus:wrong@"+addr+path, ""), path)
 	}
 }
+
+// TestVersion: --version prints the main module's version and the commit
+// the binary was built from, as Go stamped them into the build (a build from
+// a git checkout: `git rev-parse HEAD`), or as set with -ldflags.
+func TestVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary twice")
+	}
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	build := func(t *testing.T, flags ...string) string {
+		bin := filepath.Join(t.TempDir(), "connect-eos")
+		args := append([]string{"build", "-buildvcs=auto", "-o", bin}, flags...)
+		cmd := exec.Command("go", append(args, "./cmd/connect-eos")...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return bin
+	}
+	version := func(t *testing.T, bin string) string {
+		out, err := exec.Command(bin, "--version").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return string(out)
+	}
+
+	t.Run("stamped", func(t *testing.T) {
+		bin := build(t)
+		info, err := exec.Command("go", "version", "-m", bin).Output()
+		require.NoError(t, err)
+		var mod, rev string
+		modified := false
+		for _, l := range strings.Split(string(info), "\n") {
+			f := strings.Fields(l)
+			switch {
+			case len(f) >= 3 && f[0] == "mod":
+				mod = f[2]
+			case len(f) == 2 && strings.HasPrefix(f[1], "vcs.revision="):
+				rev = strings.TrimPrefix(f[1], "vcs.revision=")
+			case len(f) == 2 && f[1] == "vcs.modified=true":
+				modified = true
+			}
+		}
+		require.NotEmpty(t, mod)
+		if st, err := os.Stat(filepath.Join(root, ".git")); err == nil && st.IsDir() {
+			// A git checkout (Go does not stamp builds in a git worktree,
+			// whose .git is a file): the commit must be there.
+			head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+			require.NoError(t, err)
+			require.Equal(t, strings.TrimSpace(string(head)), rev, "vcs.revision of the build")
+		}
+		want := rev
+		if want == "" {
+			want = "unknown"
+		}
+		if modified {
+			want += ", modified"
+		}
+		require.Contains(t, version(t, bin), fmt.Sprintf("Version: %s (commit %s)\n", mod, want))
+	})
+	t.Run("ldflags", func(t *testing.T) {
+		bin := build(t, "-ldflags", "-X main.Version=v1.2.3 -X main.Commit=0123abc")
+		require.Contains(t, version(t, bin), "Version: v1.2.3 (commit 0123abc")
+	})
+}
+
+// TestFatalErrorLoggedOnce: a fatal error (here the input's topic does not
+// exist after its grace period) shows once in the log, from the component
+// that raised it, and once in the exit line; the SIGTERM the binary sends
+// itself to stop gracefully is not reported as if someone had sent it.
+func TestFatalErrorLoggedOnce(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	p := startBin(t, "run", writeConfig(t, fmt.Sprintf(`
+http:
+  enabled: false
+input:
+  kafka_native:
+    seed_brokers: [ %q ]
+    topics: [ no_such_topic ]
+    unknown_topic_grace_period: 1s
+output:
+  drop: {}
+`, cluster.ListenAddrs()[0])))
+	require.Equal(t, ExitFatal, p.wait(t))
+	out := p.output()
+	require.Len(t, scanLines(out, "grace_period 1s"), 2, "the fatal error once in the log and once in the exit line")
+	require.Len(t, scanLines(out, "connect-eos: exit code 3 after a fatal error: "), 1)
+	require.Empty(t, scanLines(out, "Received SIGTERM"))
+}
+
+// TestSigtermStillLogged: a SIGTERM from outside is still reported.
+func TestSigtermStillLogged(t *testing.T) {
+	p := startBin(t, "run", writeConfig(t, "http:\n  enabled: false\n"+idleStream))
+	p.waitOutput(t, "is now active")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t))
+	require.Len(t, scanLines(p.output(), "Received SIGTERM, the service is closing"), 1)
+}

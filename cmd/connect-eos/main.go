@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -39,8 +40,49 @@ import (
 // ExitFatal is the exit code after a fatal component error.
 const ExitFatal = 3
 
-// Version is set at build time with -ldflags "-X main.Version=...".
-var Version = "dev"
+// Version and Commit may be set at build time with -ldflags "-X
+// main.Version=... -X main.Commit=...". When they are not, versionInfo takes
+// them from the build information Go stamps into the binary: the main
+// module's version (a pseudo-version such as v0.0.0-20260102150405-abcdef123456
+// when built from a git checkout, "(devel)" when the build had no VCS
+// information) and the commit (vcs.revision).
+var (
+	Version = ""
+	Commit  = ""
+)
+
+// versionInfo returns what `connect-eos --version` and /version print:
+// "<module version> (commit <hash>[, modified])" and the commit's time.
+func versionInfo() (version, date string) {
+	v, commit, modified := Version, Commit, false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+		}
+		for _, st := range bi.Settings {
+			switch st.Key {
+			case "vcs.revision":
+				if commit == "" {
+					commit = st.Value
+				}
+			case "vcs.modified":
+				modified = st.Value == "true"
+			case "vcs.time":
+				date = st.Value
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	if commit == "" {
+		commit = "unknown"
+	}
+	if modified {
+		commit += ", modified"
+	}
+	return fmt.Sprintf("%s (commit %s)", v, commit), date
+}
 
 func main() {
 	os.Exit(run(context.Background(), os.Args))
@@ -49,12 +91,24 @@ func main() {
 func run(ctx context.Context, args []string) int {
 	relay := newStopRelay()
 	defer relay.close()
-	restore := fatal.SetHandler(func(err error) {
-		fmt.Fprintf(os.Stderr, "connect-eos: stopping: %v\n", err)
+	// The component that raised a fatal error logged it; the binary prints
+	// it once more when it exits, and nothing in between.
+	var filter *logFilter
+	if runsStream(args) {
+		if f, err := installLogFilter(); err == nil {
+			filter = f
+			defer filter.close()
+		}
+	}
+	restore := fatal.SetHandler(func(error) {
+		if filter != nil {
+			filter.dropSigterm.Store(true)
+		}
 		relay.requestStop()
 	})
 	defer restore()
 
+	version, date := versionInfo()
 	env := binaryEnvironment()
 	cliArgs, apiOff := streamsAPIOptIn(args)
 	if apiOff {
@@ -66,15 +120,20 @@ func run(ctx context.Context, args []string) int {
 		service.CLIOptSetArgs(cliArgs...),
 		service.CLIOptSetBinaryName("connect-eos"),
 		service.CLIOptSetProductName("connect-eos"),
-		service.CLIOptSetVersion(Version, ""),
+		service.CLIOptSetVersion(version, date),
 		service.CLIOptSetDocumentationURL("https://github.com/connect-eos/connect-eos/tree/main/docs"),
 		service.CLIOptAddCommand(devCommand()),
+		service.CLIOptOnLoggerInit(func(*service.Logger) {
+			if filter != nil {
+				filter.restoreFiles()
+			}
+		}),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err.Error())
 	}
 	if ferr := fatal.Err(); ferr != nil {
-		fmt.Fprintf(os.Stderr, "connect-eos: exited after a fatal error: %v\n", ferr)
+		fmt.Fprintf(os.Stderr, "connect-eos: exit code %d after a fatal error: %v\n", ExitFatal, ferr)
 		return ExitFatal
 	}
 	return code
@@ -99,7 +158,7 @@ const DefaultHTTPAddress = "127.0.0.1:4195"
 
 // mainSchema is Benthos' config schema with the binary's own defaults.
 func mainSchema(env *service.Environment) *service.ConfigSchema {
-	s := env.FullConfigSchema(Version, "")
+	s := env.FullConfigSchema(versionInfo())
 	s.SetFieldDefault(DefaultHTTPAddress, "http", "address")
 	return s
 }
@@ -116,11 +175,9 @@ var valueFlags = map[string]bool{
 	"-e": true, "--env-file": true, "-t": true, "--templates": true, "--log.level": true,
 }
 
-// streamsAPIOptIn makes the streams mode's HTTP API opt-in: for the
-// `streams` subcommand it removes --api when given and otherwise adds
-// Benthos' --no-api (apiOff reports that). Other commands' arguments are
-// returned unchanged.
-func streamsAPIOptIn(args []string) (out []string, apiOff bool) {
+// subcommand returns the index in args of the subcommand (len(args) when
+// there is none: Benthos then runs the config of -c).
+func subcommand(args []string) int {
 	i := 1
 	for i < len(args) && strings.HasPrefix(args[i], "-") {
 		if valueFlags[args[i]] {
@@ -128,6 +185,22 @@ func streamsAPIOptIn(args []string) (out []string, apiOff bool) {
 		}
 		i++
 	}
+	return i
+}
+
+// runsStream tells whether args run a stream (run, streams, or no
+// subcommand), the commands whose logs a fatal stop concerns.
+func runsStream(args []string) bool {
+	i := subcommand(args)
+	return i >= len(args) || args[i] == "run" || args[i] == "streams"
+}
+
+// streamsAPIOptIn makes the streams mode's HTTP API opt-in: for the
+// `streams` subcommand it removes --api when given and otherwise adds
+// Benthos' --no-api (apiOff reports that). Other commands' arguments are
+// returned unchanged.
+func streamsAPIOptIn(args []string) (out []string, apiOff bool) {
+	i := subcommand(args)
 	if i >= len(args) || args[i] != "streams" {
 		return args, false
 	}

@@ -202,7 +202,7 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "connect-eos")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/connect-eos")
+		cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", binPath, "./cmd/connect-eos")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("go build ./cmd/connect-eos: %v\n%s", err, out)
