@@ -303,6 +303,9 @@ func (c *Cache) Refresh(ctx context.Context) error {
 	if err := c.brokenErr(); err != nil {
 		return err
 	}
+	if err := c.checkTopic(ctx); err != nil {
+		return err
+	}
 	return c.readToEnd(ctx)
 }
 
@@ -350,6 +353,10 @@ func (c *Cache) Uncommitted() []UncommittedRecord {
 func (c *Cache) Len() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	return c.lenLocked()
+}
+
+func (c *Cache) lenLocked() int {
 	n := 0
 	for _, e := range c.entries {
 		if e.value != nil {
@@ -436,6 +443,13 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 	case errors.Is(err, errNoAnswer):
 		return fmt.Errorf("kafka_state: writing key %q to topic %q: no answer from the broker before the deadline (the write may or may not have happened; the record may still land, a later read of the topic tells): %w", key, c.cfg.Topic, ctx.Err())
 	default:
+		// Nothing was sent when the topic changed under the client
+		// (UNKNOWN_TOPIC_ID): say that rather than an unknown outcome.
+		if ctx.Err() == nil {
+			if cerr := c.checkTopic(ctx); errors.Is(cerr, ErrTopicChanged) {
+				return cerr
+			}
+		}
 		return fmt.Errorf("kafka_state: writing key %q to topic %q (the write may or may not have happened): %w", key, c.cfg.Topic, err)
 	}
 	if current > token {
@@ -552,6 +566,9 @@ func (c *Cache) ensureLoaded(ctx context.Context) error {
 // an operator fixing a rejected topic does not need a restart.
 func (c *Cache) load(ctx context.Context) error {
 	if c.cl != nil {
+		if err := c.checkTopic(ctx); err != nil {
+			return err
+		}
 		return c.readToEnd(ctx)
 	}
 	meta, err := c.ensureTopic(ctx)

@@ -34,6 +34,9 @@ var suite = []struct {
 	{"ConcurrentAddOneWins", testConcurrentAddOneWins},
 	{"Kill9NeverTorn", testKill9NeverTorn},
 	{"FenceZombieWriteLoses", testFenceZombieWriteLoses},
+	{"RecreatedTopic", testRecreatedTopic},
+	{"RecreatedTopicRefresh", testRecreatedTopicRefresh},
+	{"PartitionsAdded", testPartitionsAdded},
 }
 
 func TestCache(t *testing.T) {

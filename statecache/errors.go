@@ -28,6 +28,9 @@ var (
 	// writes itself and hides from readers.
 	ErrReservedKey = errors.New("kafka_state: key is reserved")
 
+	// ErrTopicChanged is wrapped by *TopicChangedError.
+	ErrTopicChanged = errors.New("kafka_state: topic changed under the cache")
+
 	// ErrFenced is wrapped by *FencedError: a write with a fence token
 	// (WithFence) lower than one already written for the key.
 	ErrFenced = errors.New("kafka_state: write fenced by a higher token")
@@ -93,3 +96,21 @@ func (e *TopicPolicyError) Error() string {
 
 // Unwrap returns ErrTopicNotCompacted.
 func (*TopicPolicyError) Unwrap() error { return ErrTopicNotCompacted }
+
+// TopicChangedError stops the cache when its topic is no longer the one it
+// loaded: deleted, deleted and created again (a new topic id), or given more
+// partitions. Every later call returns it: the values the cache holds are no
+// longer in the topic (or no longer ordered by it), and writing on would mix
+// them with whatever the new topic holds.
+type TopicChangedError struct {
+	Topic  string
+	Reason string // what changed
+	Keys   int    // keys the cache held when it stopped
+}
+
+func (e *TopicChangedError) Error() string {
+	return fmt.Sprintf("kafka_state: topic %q %s; the cache held %d keys (with their values as of the last read) and stops: restart to start over from what the topic holds now", e.Topic, e.Reason, e.Keys)
+}
+
+// Unwrap returns ErrTopicChanged.
+func (*TopicChangedError) Unwrap() error { return ErrTopicChanged }

@@ -200,6 +200,9 @@ func (c *Cache) apply(r *kgo.Record) error {
 		}
 	case isReserved(r.Key):
 	default:
+		if err := c.checkPlacementLocked(r); err != nil {
+			return err
+		}
 		token, err := tokenOf(r)
 		if err != nil {
 			return err

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Topic configs set when the cache creates its topic.
@@ -38,6 +40,7 @@ func strPtr(s string) *string { return &s }
 // topicMeta is what the cache learnt about its topic at load.
 type topicMeta struct {
 	topic           string
+	id              kadm.TopicID // all zero from brokers without topic ids
 	partitions      int32
 	maxMessageBytes int // max.message.bytes: the largest record batch the broker accepts
 }
@@ -87,6 +90,7 @@ func (c *Cache) ensureTopic(ctx context.Context) (topicMeta, error) {
 			return meta, fmt.Errorf("kafka_state: describing topic %q: %w", topic, td.Err)
 		}
 		meta.partitions = int32(len(td.Partitions))
+		meta.id = td.ID
 		break
 	}
 
@@ -118,6 +122,65 @@ func (c *Cache) ensureTopic(ctx context.Context) (topicMeta, error) {
 		meta.maxMessageBytes = n
 	}
 	return meta, nil
+}
+
+// checkTopic stops the cache (a *TopicChangedError, for good) when the topic is
+// no longer the one it loaded: another topic id (deleted and created again
+// under the same name) or another partition count. A topic not found is an
+// error for this call only: it may be deleted, or metadata may lag.
+func (c *Cache) checkTopic(ctx context.Context) error {
+	topic := c.cfg.Topic
+	// A metadata request of its own: kadm answers from the client's
+	// metadata cache, which can be MetadataMinAge old.
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, c.admCl)
+	if err != nil {
+		return fmt.Errorf("kafka_state: describing topic %q: %w", topic, err)
+	}
+	var (
+		id    kadm.TopicID
+		parts int
+		terr  error = kerr.UnknownTopicOrPartition
+	)
+	for _, t := range resp.Topics {
+		if t.Topic != nil && *t.Topic == topic {
+			id, parts, terr = t.TopicID, len(t.Partitions), kerr.ErrorForCode(t.ErrorCode)
+		}
+	}
+	var reason string
+	switch {
+	case errors.Is(terr, kerr.UnknownTopicOrPartition):
+		return fmt.Errorf("kafka_state: topic %q not found (deleted?): %w", topic, terr)
+	case terr != nil:
+		return fmt.Errorf("kafka_state: describing topic %q: %w", topic, terr)
+	case id != c.meta.id && id != (kadm.TopicID{}) && c.meta.id != (kadm.TopicID{}):
+		reason = fmt.Sprintf("was deleted and recreated (topic id %s when the cache read it first, %s now): the values written before are gone from Kafka", c.meta.id, id)
+	case int32(parts) != c.meta.partitions:
+		reason = fmt.Sprintf("has %d partitions, %d when the cache read it first: %s", parts, c.meta.partitions, partitionsAdvice)
+	default:
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.breakLocked(&TopicChangedError{Topic: topic, Reason: reason, Keys: c.lenLocked()})
+}
+
+// partitionsAdvice ends the errors about a changed partition count.
+const partitionsAdvice = "keys hash to other partitions now, where neither compaction nor the cache orders their old and new values; move the state to a new topic (or give this one its old partition count back)"
+
+// checkPlacementLocked stops the cache when r sits in a partition its key does not
+// hash to under the current partition count: partitions were added after it
+// was written (or a writer used another partitioner). c.mu is held.
+func (c *Cache) checkPlacementLocked(r *kgo.Record) error {
+	if want := c.meta.partitionFor(r.Key); r.Partition != want {
+		return &TopicChangedError{Topic: c.cfg.Topic, Keys: c.lenLocked(), Reason: fmt.Sprintf(
+			"holds key %q in partition %d (offset %d), but with %d partitions the key hashes to partition %d: partitions were added after it was written, or a writer used another partitioner than the Java client's murmur2; %s",
+			r.Key, r.Partition, r.Offset, c.meta.partitions, want, partitionsAdvice)}
+	}
+	return nil
 }
 
 // checkPolicy accepts "compact", and "compact,delete" only when nothing is
