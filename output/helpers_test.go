@@ -3,6 +3,7 @@ package output
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/connect-eos/connect-eos/integration/kafkatest"
 	"github.com/connect-eos/connect-eos/internal/fatal"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
@@ -100,24 +102,26 @@ func batchOf(prefix string, n int) service.MessageBatch {
 }
 
 // readCommitted returns every value a read_committed consumer sees in topic:
-// it reads until nothing new arrived for a quiet period after the client
-// reached the broker (a fixed read window missed records on a loaded machine:
-// 4 of 6 seen under a load average of 30).
+// every partition read to its last stable offset, listed before the read
+// (after waiting up to 10s for transactions whose markers are still being
+// written). The read ends on its positions, never on a quiet period, and a
+// read that cannot reach its end fails the test as a failure of the reader.
 func readCommitted(t testing.TB, brokers []string, topic string) []string {
 	t.Helper()
-	return readCommittedFor(t, brokers, topic, 2500*time.Millisecond, 30*time.Second)
+	return readCommittedFor(t, brokers, topic, 10*time.Second, 2*time.Minute)
 }
 
-// readCommittedNow is readCommitted within a 1.5s window, for polling
-// progress (a count that may be low, never one a test asserts as final).
+// readCommittedNow is readCommitted to the last stable offsets as they are
+// now, without waiting for open transactions: for polling progress while
+// epochs are open.
 func readCommittedNow(t testing.TB, brokers []string, topic string) []string {
 	t.Helper()
-	return readCommittedFor(t, brokers, topic, 300*time.Millisecond, 1500*time.Millisecond)
+	return readCommittedFor(t, brokers, topic, 0, time.Minute)
 }
 
-func readCommittedFor(t testing.TB, brokers []string, topic string, readQuiet, window time.Duration) []string {
+func readCommittedFor(t testing.TB, brokers []string, topic string, settle, deadline time.Duration) []string {
 	t.Helper()
-	recs := readCommittedRecords(t, brokers, topic, readQuiet, window)
+	recs := readCommittedRecords(t, brokers, topic, settle, deadline)
 	out := make([]string, len(recs))
 	for i, r := range recs {
 		out[i] = string(r.Value)
@@ -125,39 +129,37 @@ func readCommittedFor(t testing.TB, brokers []string, topic string, readQuiet, w
 	return out
 }
 
-// readCommittedRecords reads topic read_committed from the start until nothing
-// new arrived for readQuiet (after the client reached the broker) or window
-// passed, in fetch order (offset order within a partition).
-func readCommittedRecords(t testing.TB, brokers []string, topic string, readQuiet, window time.Duration) []*kgo.Record {
+// readCommittedRecords reads every partition of topic read_committed from its
+// start to its last stable offset (kafkatest.ReadCommitted: positions, not a
+// quiet period), after waiting up to settle for the last stable offsets to
+// reach the high watermarks. It returns the records partition by partition,
+// each in offset order, and fails the test if the read did not reach its end
+// within deadline (at least a minute).
+func readCommittedRecords(t testing.TB, brokers []string, topic string, settle, deadline time.Duration) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
-		kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(100*time.Millisecond),
-	)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	pctx, pcancel := context.WithTimeout(context.Background(), 15*time.Second)
-	err = cl.Ping(pctx)
-	pcancel()
+	ctx, cancel := context.WithTimeout(context.Background(), max(deadline, time.Minute))
+	defer cancel()
+	ends, err := kafkatest.SettledEnds(ctx, cl, topic, settle)
 	if err != nil {
 		t.Fatalf("read_committed reader of %s: %v", topic, err)
 	}
+	byPart, err := kafkatest.ReadCommittedTo(ctx, cl, topic, ends)
+	if err != nil {
+		t.Fatalf("read_committed reader of %s: %v", topic, err)
+	}
+	parts := make([]int32, 0, len(byPart))
+	for p := range byPart {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
 	var out []*kgo.Record
-	last, stop := time.Now(), time.Now().Add(window)
-	for now := time.Now(); now.Sub(last) < readQuiet && now.Before(stop); now = time.Now() {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		n := len(out)
-		fs.EachRecord(func(r *kgo.Record) { out = append(out, r) })
-		if len(out) > n {
-			last = time.Now()
-		}
+	for _, p := range parts {
+		out = append(out, byPart[p]...)
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,10 +85,16 @@ func TestOrphanSlotsAborted(t *testing.T) {
 			if tc.state != "" && r.State != tc.state {
 				t.Fatalf("slot 2: %+v, want %s", r, tc.state)
 			}
-			for _, v := range readCommitted(t, c.ListenAddrs(), testTopic) {
-				if strings.HasPrefix(v, "orphan") {
-					t.Fatal("orphan epoch visible")
-				}
+			// The foreign transaction holds the last stable offset of its
+			// partition: once it ends, the reader sees exactly the committed
+			// epoch (present) and no orphan record (absent).
+			if err := foreign.EndTransaction(ctx, kgo.TryAbort); err != nil {
+				t.Fatal(err)
+			}
+			got := readCommitted(t, c.ListenAddrs(), testTopic)
+			slices.Sort(got)
+			if want := []string{"one-0", "one-1"}; !slices.Equal(got, want) {
+				t.Fatalf("visible %v, want %v (the committed epoch, and no orphan record)", got, want)
 			}
 		})
 	}
@@ -98,16 +105,40 @@ func TestOrphanSlotsAborted(t *testing.T) {
 // carries on.
 func TestLocalEpochDeadline(t *testing.T) {
 	c := newCluster(t)
-	yaml := strings.Replace(baseYAML(c.ListenAddrs(), "app", "commit_timeout: 1s\n"), "transaction_timeout: 30s", "transaction_timeout: 4s", 1)
+	const txnTimeout = 6 * time.Second
+	yaml := strings.Replace(baseYAML(c.ListenAddrs(), "app", "commit_timeout: 1s\n"), "transaction_timeout: 30s", "transaction_timeout: 6s", 1)
 	o := newTestOutput(t, newResources(), yaml)
+	hookErr := make(chan string, 1)
 	o.hooks = &testHooks{beforeCommit: func(n uint64) {
-		if n == 1 {
-			time.Sleep(3700 * time.Millisecond) // past 4s - 10%, before 4s
+		if n != 1 {
+			return
 		}
+		// Hold the epoch until just past its local deadline, measured
+		// from the moment it opened as the output measures it (a fixed
+		// sleep measured from the test's clock lands anywhere on a
+		// loaded machine). The coordinator's own abort comes 600ms later.
+		o.mu.Lock()
+		var opened time.Time
+		for _, ep := range o.live {
+			if ep.n == n {
+				opened = ep.opened
+			}
+		}
+		o.mu.Unlock()
+		if opened.IsZero() {
+			hookErr <- "epoch 1 is not live when its commit starts"
+			return
+		}
+		time.Sleep(time.Until(opened.Add(txnTimeout-timeoutMargin(txnTimeout))) + 20*time.Millisecond)
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := o.WriteBatch(ctx, batchOf("slow", 2))
+	select {
+	case msg := <-hookErr:
+		t.Fatal(msg)
+	default:
+	}
 	if !errors.Is(err, errEpochDeadline) {
 		t.Fatalf("%v, want the local deadline abort", err)
 	}
@@ -223,10 +254,16 @@ func TestCloseReleasesWaiters(t *testing.T) {
 	wait(t, 5*time.Second, "epoch sealed", func() bool { o.mu.Lock(); defer o.mu.Unlock(); return o.nextEpoch == 2 && o.open == nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	go func() { time.Sleep(100 * time.Millisecond); close(block) }()
+	// The epoch is still unfinished when Close gives up waiting for it
+	// (its context ends); only then is the commit let go.
+	go func() { <-ctx.Done(); close(block) }()
 	_ = o.Close(ctx)
 	select {
-	case <-done:
+	case err := <-done:
+		if err == nil {
+			t.Fatal("WriteBatch acked a batch whose epoch Close left unfinished, want it nacked")
+		}
+		t.Logf("nacked: %v", err)
 	case <-time.After(5 * time.Second):
 		t.Fatal("WriteBatch still blocked after Close")
 	}
