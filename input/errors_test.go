@@ -273,10 +273,12 @@ func TestCloseDuringConnect(t *testing.T) {
 	select {
 	case err := <-errc:
 		require.Error(t, err)
-	case <-time.After(2 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("Connect did not end after Close")
 	}
-	assert.Less(t, time.Since(start), 2*time.Second)
+	// Promptly: well before the 1m wait it interrupts, however loaded the
+	// machine.
+	assert.Less(t, time.Since(start), 20*time.Second)
 	assert.NoError(t, fatal.Err())
 }
 

@@ -1,10 +1,7 @@
 package input
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,34 +31,42 @@ func init() {
 }
 
 // consoleConsumer reads topic from the beginning with Kafka's own
-// ConsoleConsumer under read_committed, until it has been idle for 10s (the
-// idle timeout also covers the JVM start and the group join, which take
-// several seconds on a loaded machine: 3s read nothing once in CI).
+// ConsoleConsumer under read_committed. It knows its end: a position reader
+// (kafkatest.ReadCommitted) first counts the records up to the last stable
+// offsets, and the ConsoleConsumer must print exactly that many, the same
+// (offset, value) pairs; one that stops short fails as a judge that did not
+// reach the end (its idle timeout only ends a stuck run).
 func consoleConsumer(t *testing.T, e *env, topic string) map[int32][]judged {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd, err := kafkatest.ToolCmd(ctx, "consumer.ConsoleConsumer",
-		"--bootstrap-server", strings.Join(e.brokers, ","), "--topic", topic, "--from-beginning",
-		"--isolation-level", "read_committed", "--timeout-ms", "10000",
-		"--formatter-property", "print.partition=true", "--formatter-property", "print.offset=true")
+	cl := kafkatest.Client(t, strings.Join(e.brokers, ","))
+	// Open transactions (a scenario's tail) stay open: wait only briefly
+	// for the markers of ended ones.
+	ends, err := kafkatest.SettledEnds(ctx, cl, topic, 3*time.Second)
 	require.NoError(t, err)
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	_ = cmd.Run() // exits non-zero on its idle timeout
-	out := map[int32][]judged{}
-	sc := bufio.NewScanner(&stdout)
-	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), "\t", 3)
-		if len(f) != 3 || !strings.HasPrefix(f[0], "Partition:") || !strings.HasPrefix(f[1], "Offset:") {
-			continue
-		}
-		p, err1 := strconv.Atoi(strings.TrimPrefix(f[0], "Partition:"))
-		o, err2 := strconv.ParseInt(strings.TrimPrefix(f[1], "Offset:"), 10, 64)
-		require.NoError(t, err1)
-		require.NoError(t, err2)
-		out[int32(p)] = append(out[int32(p)], judged{offset: o, value: f[2]})
+	byPos, err := kafkatest.ReadCommittedTo(ctx, cl, topic, ends)
+	require.NoError(t, err)
+	n := 0
+	for _, rs := range byPos {
+		n += len(rs)
 	}
-	require.NotEmpty(t, out, "ConsoleConsumer read nothing")
+	require.NotZero(t, n, "the position reader found no committed record in %s", topic)
+	console, err := kafkatest.ConsoleRead(ctx, strings.Join(e.brokers, ","), topic, n, time.Minute)
+	require.NoError(t, err)
+	out := map[int32][]judged{}
+	for p, rs := range console {
+		for i, r := range rs {
+			require.Less(t, i, len(byPos[p]), "partition %d: the ConsoleConsumer read more than the position reader", p)
+			want := byPos[p][i]
+			value := "null"
+			if want.Value != nil {
+				value = string(want.Value)
+			}
+			require.Equal(t, judged{offset: want.Offset, value: value}, judged{offset: r.Offset, value: r.Value},
+				"partition %d record %d: the two judges differ", p, i)
+			out[p] = append(out[p], judged{offset: r.Offset, value: r.Value})
+		}
+	}
 	return out
 }
