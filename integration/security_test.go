@@ -409,39 +409,19 @@ func (h *secHarness) copyRun(t *testing.T, c secConn, acls func(secNames) []secA
 }
 
 // readCommitted returns the values of topic as a read_committed reader sees
-// them, reading every partition up to its end offset.
+// them, reading every partition up to its last stable offset on positions
+// (kafkatest.ReadCommitted), through the secured listener.
 func (h *secHarness) readCommitted(t *testing.T, topic string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	adm := h.s.AdminClient(t)
-	ends, err := adm.ListEndOffsets(ctx, topic)
+	recs, err := kafkatest.ReadCommitted(ctx, h.s.Client(t, h.s.Admin), topic)
 	require.NoError(t, err)
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
-	cl := h.s.Client(t, h.s.Admin,
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-	)
 	var values []string
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		require.NoError(t, ctx.Err(), "reading %s: %d values so far, partitions left %v", topic, len(values), left)
-		require.NoError(t, fs.Err())
-		fs.EachRecord(func(r *kgo.Record) {
-			if !r.Attrs.IsControl() {
-				values = append(values, string(r.Value))
-			}
-			if end, ok := left[r.Partition]; ok && r.Offset >= end-1 {
-				delete(left, r.Partition)
-			}
-		})
+	for p := int32(0); int(p) < len(recs); p++ {
+		for _, r := range recs[p] {
+			values = append(values, string(r.Value))
+		}
 	}
 	return values
 }

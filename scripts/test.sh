@@ -35,8 +35,26 @@ start_broker() { # $1 = transaction version
   fi
   export "KAFKA_BROKERS_TV$1=${line#KAFKA_BROKERS=}"
   log "Apache Kafka with transaction.version=$1 at ${line#KAFKA_BROKERS=}"
-  # The tv2 broker's secured listeners for integration/security_test.go (up.sh prints them again when asked for a running broker): KAFKA_SASL_SSL_BROKERS, KAFKA_SSL_BROKERS, KAFKA_CA_FILE, KAFKA_CLIENT_*, KAFKA_SASL_*.
-  if [ "$1" = 2 ]; then while IFS= read -r kv; do export "$kv"; done < <(bash integration/kafka/up.sh --tv 2 --name "$name" 2>/dev/null | grep -E '^KAFKA_(SASL_|SSL_BROKERS=|CA_FILE=|CLIENT_)'); fi
+  # The tv2 broker's secured listeners for integration/security_test.go and
+  # the SASL tests of input/ (up.sh prints them again when asked for a running
+  # broker). A failure here fails the script: the tests would otherwise see no
+  # secured listener and (without KAFKATEST_REQUIRE) skip.
+  if [ "$1" = 2 ]; then
+    local sec v
+    if ! sec=$(bash integration/kafka/up.sh --tv 2 --name "$name" | grep -E '^KAFKA_(SASL_|SSL_BROKERS=|CA_FILE=|CLIENT_)'); then
+      log "the broker with transaction.version=2 printed no secured-listener variables (up.sh --tv 2 --name $name failed, or ran with --no-sasl-ssl)"
+      exit 1
+    fi
+    while IFS= read -r kv; do export "$kv"; done <<<"$sec"
+    for v in KAFKA_SASL_SSL_BROKERS KAFKA_SSL_BROKERS KAFKA_CA_FILE KAFKA_CLIENT_CERT_FILE KAFKA_CLIENT_KEY_FILE \
+      KAFKA_SASL_ADMIN KAFKA_SASL_ALLOWED KAFKA_SASL_DENIED KAFKA_SASL_ACL_PREFIX; do
+      if [ -z "${!v:-}" ]; then
+        log "secured listener: up.sh printed no $v"
+        exit 1
+      fi
+    done
+    log "secured listeners: SASL_SSL at $KAFKA_SASL_SSL_BROKERS, mTLS at $KAFKA_SSL_BROKERS"
+  fi
 }
 
 log "go vet"
