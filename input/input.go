@@ -287,6 +287,7 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 			onFail:       func(err error) { c.fail(err) },
 			unknownSince: map[tp]time.Time{},
 			lastErrLog:   map[string]time.Time{},
+			oorAt:        map[tp]time.Time{},
 			probe:        &prober{cfg: cfg, cl: c.admCl, adm: adm, tr: c.tr, met: in.met, log: in.log},
 		}
 		if cfg.format == formatArrow {

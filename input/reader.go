@@ -104,6 +104,10 @@ type fetchLoop struct {
 
 	unknownSince map[tp]time.Time
 	lastErrLog   map[string]time.Time
+	// oorAt is when the consumer last reported OFFSET_OUT_OF_RANGE, per
+	// partition (the probe tells a deletion the consumer had skipped
+	// from one it is below).
+	oorAt map[tp]time.Time
 }
 
 func (f *fetchLoop) run(ctx context.Context) {
@@ -395,6 +399,7 @@ func (f *fetchLoop) handleErrors(ctx context.Context, fetches kgo.Fetches) error
 			fatalErr = fmt.Errorf("fetching %s: %w", p, err)
 		case errors.Is(err, kerr.OffsetOutOfRange):
 			outOfRange[p] = true
+			f.oorAt[p] = time.Now()
 		case isUnknownTopic(err):
 			first, ok := f.unknownSince[p]
 			if !ok {
@@ -487,31 +492,41 @@ func (f *fetchLoop) outOfRange(ctx context.Context, p tp) error {
 		f.log.Warnf("%v; continuing from offset %d without re-reading", dl, hwm)
 		to = hwm
 	default:
-		return nil // in range again (a leader change); kgo retries
+		// The position is in the log, the consumer's cursor was not: a
+		// leader change, or a cursor that fell behind the position (the
+		// probe moved the position past offsets that were then
+		// deleted). The consumer follows the position.
 	}
-	f.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.Topic: {p.Partition: {Epoch: -1, Offset: to}}})
+	f.setOffset(p, to)
 	return nil
 }
 
 // probeIdle probes the partitions below their stops that delivered nothing
-// for idle_probe_interval. See prober.
+// for idle_probe_interval and are not paused, in one round. See prober.
 func (f *fetchLoop) probeIdle(ctx context.Context, now time.Time) error {
+	var (
+		targets []probeTarget
+		run     bool
+	)
 	for _, s := range f.tr.snapshots() {
-		if s.finished || s.stop == noStop || s.position >= s.stop || now.Sub(s.lastAdvance) < f.cfg.idleProbeInterval {
+		if s.finished || s.stop == noStop || s.position >= s.stop || s.paused {
 			continue
 		}
-		if err := f.probe.probe(ctx, s.tp); err != nil {
-			if isFatal(err) {
-				return err
-			}
-			f.log.Debugf("Probing the position of %s: %v", s.tp, err)
+		if must, may := f.probe.due(s.tp, s.position, s.lastAdvance, now); may {
+			run = run || must
+			targets = append(targets, probeTarget{tp: s.tp, pos: s.position, stop: s.stop})
 		}
-		// Probed or not, wait another interval before the next probe.
-		f.tr.update(s.tp, func(ps *partState) {
-			if ps.lastAdvance.Equal(s.lastAdvance) {
-				ps.lastAdvance = now
-			}
-		})
 	}
-	return nil
+	if !run {
+		return nil
+	}
+	err := f.probe.round(ctx, targets, func(p tp) time.Time { return f.oorAt[p] }, f.setOffset)
+	f.probe.probed(targets, now)
+	return err
+}
+
+// setOffset moves the consumer's cursor of p to at, so that it agrees with
+// the tracked position (kgo drops what it buffered for p).
+func (f *fetchLoop) setOffset(p tp, at int64) {
+	f.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{p.Topic: {p.Partition: {Epoch: -1, Offset: at}}})
 }

@@ -35,6 +35,8 @@ var scenarios = []struct {
 	{"LogStartPastStopWhileIdle", scenarioLogStartPastStopWhileIdle},
 	{"LogStartPastStopWhileIdleProbe", scenarioLogStartPastStopProbe},
 	{"LogStartPastStopResetNone", scenarioLogStartPastStopResetNone},
+	{"LogStartMovedBelowStopWhilePaused", scenarioLogStartMovedBelowStopWhilePaused},
+	{"DeletedAfterConsumerSkipped", scenarioDeletedAfterConsumerSkipped},
 	{"TombstonesEmit", scenarioTombstonesEmit},
 	{"TombstonesDrop", scenarioTombstonesDrop},
 	{"TombstonesFail", scenarioTombstonesFail},
@@ -253,11 +255,55 @@ func scenarioLogStartPastStopWhileIdle(t *testing.T, e *env) {
 	logStartPastStop(t, e, 0)
 }
 
-// The same, with the partition left idle (paused) for several probe
-// intervals after the deletion: the probe, not an OFFSET_OUT_OF_RANGE from a
-// fetch, finds the loss and finishes the partition.
+// The same, with the partition left paused for several probe intervals after
+// the deletion: a paused partition is not probed (the consumer does not fetch
+// it, so nothing disagrees); once resumed, the consumer's own
+// OFFSET_OUT_OF_RANGE reports the loss and the partition finishes.
 func scenarioLogStartPastStopProbe(t *testing.T, e *env) {
 	logStartPastStop(t, e, time.Second)
+}
+
+// The consumer skipped aborted records below the LSO whose ABORT marker lies
+// above another producer's open transaction (under read_committed nothing is
+// delivered and its cursor moves past them), and the log start then moved past
+// them (retention, DeleteRecords) before the probe looked. The probe finds the
+// offsets deleted, but the consumer, past the new log start, reports nothing:
+// they held no record for us, so they are consumed as skipped, not counted as
+// lost, and under reset_offset none the read does not fail.
+func scenarioDeletedAfterConsumerSkipped(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, []byte("a0")) // 0
+	a := e.beginTxn(t)
+	a.produce(topic, 0, vals("aborted", 2)...) // 1, 2
+	b := e.beginTxn(t)
+	b.produce(topic, 0, []byte("open")) // 3: the LSO stays here
+	t.Cleanup(func() { b.end(false) })
+	a.end(false) // ABORT marker at 4, above the LSO
+	wait(t, 20*time.Second, func() bool { return e.endOffset(t, topic, 0) == 5 })
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+start_offset: specific
+start_offsets: { "%s:0": 0 }
+reset_offset: none
+stop_offset: latest
+idle_probe_interval: 2s
+`, topic, topic))
+	h.mustConnect()
+	require.Equal(t, int64(3), h.raw.conn.tr.snapshots()[0].stop, "stop_offset latest is the LSO")
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	bt, ack, err := h.in.ReadBatch(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a0"}, values(toGot(bt)))
+	require.NoError(t, ack(ctx, nil))
+	e.deleteRecords(t, topic, 0, 3) // before the first probe (2s idle)
+	rest, err := h.readUntilEnd(readTimeout)
+	require.NoError(t, err)
+	assert.Empty(t, rest)
+	s := h.raw.conn.tr.snapshots()[0]
+	assert.True(t, s.finished)
+	assert.Equal(t, int64(0), s.lost, "aborted records the consumer had skipped are not lost")
+	assert.Equal(t, int64(2), s.probed)
 }
 
 func logStartPastStop(t *testing.T, e *env, idle time.Duration) {
@@ -286,8 +332,8 @@ idle_probe_interval: 300ms
 	}
 	e.deleteRecords(t, topic, 0, 9)
 	if idle > 0 {
-		wait(t, 10*time.Second, func() bool { return h.raw.conn.tr.snapshots()[0].finished })
-		assert.Equal(t, int64(0), h.raw.conn.tr.snapshots()[0].probed, "deleted offsets count as lost, not as probed-empty")
+		time.Sleep(idle)
+		assert.False(t, h.raw.conn.tr.snapshots()[0].finished, "a paused partition is not probed")
 	}
 	require.NoError(t, ack(ctx, nil))
 	rest, err := h.readUntilEnd(readTimeout)
@@ -300,6 +346,58 @@ idle_probe_interval: 300ms
 	s := h.raw.conn.tr.snapshots()[0]
 	assert.Equal(t, int64(8), s.position)
 	assert.GreaterOrEqual(t, s.lost, int64(5))
+	assert.Equal(t, int64(0), s.probed, "deleted offsets count as lost, not as probed-empty")
+}
+
+// A slow backfill of a topic with retention: the log start moves past the
+// position of a partition paused by backpressure, but not past its stop. Once
+// resumed, the read goes on at the new log start and ends at the stop, with
+// the deleted offsets counted as lost; the consumer and the input's position
+// never disagree (before, the position was moved past the deleted range but
+// the consumer's was not, and it refetched the deleted offset forever).
+func scenarioLogStartMovedBelowStopWhilePaused(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	for _, v := range vals("a", 3) {
+		e.produce(t, topic, 0, v)
+	}
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+stop_offset: specific
+stop_offsets: { "%s:0": 10 }
+max_batch_records: 1
+max_buffered_bytes_per_partition: 1
+fetch_max_partition_bytes: 1
+idle_probe_interval: 200ms
+`, topic, topic))
+	h.mustConnect()
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	b, ack, err := h.in.ReadBatch(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a0"}, values(toGot(b)))
+	wait(t, 10*time.Second, func() bool { return h.raw.conn.tr.snapshots()[0].paused })
+	for _, v := range vals("b", 7) {
+		e.produce(t, topic, 0, v) // offsets 3..9
+	}
+	e.deleteRecords(t, topic, 0, 6)
+	// Several probe intervals while paused (the probe used to move the
+	// position past the deleted range here, without the consumer).
+	time.Sleep(time.Second)
+	require.NoError(t, ack(ctx, nil))
+	rest, err := h.readUntilEnd(readTimeout)
+	require.NoError(t, err, "the bounded read ends")
+	var tail []int64
+	for _, g := range rest {
+		if g.Offset >= 3 {
+			tail = append(tail, g.Offset)
+		}
+	}
+	assert.Equal(t, []int64{6, 7, 8, 9}, tail, "the records left after the deletion are read")
+	s := h.raw.conn.tr.snapshots()[0]
+	assert.Equal(t, int64(10), s.position)
+	assert.True(t, s.finished)
+	assert.GreaterOrEqual(t, s.lost, int64(3), "the deleted offsets [3, 6) at least count as lost")
+	assert.Equal(t, int64(10)-int64(len(rest))-1, s.lost, "every offset not emitted was lost")
 }
 
 func scenarioLogStartPastStopResetNone(t *testing.T, e *env) {

@@ -259,7 +259,7 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Default("30s").
 				Advanced(),
 			service.NewDurationField(knFieldIdleProbeInterval).
-				Description("With a stop, how long a partition below its stop may deliver nothing before its position is probed directly. The probe finishes partitions whose remaining offsets hold only aborted records or markers behind another producer's open transaction, or were deleted (retention, DeleteRecords), cases in which the consumer delivers nothing. Default 2s.").
+				Description("With a stop, how long a partition below its stop may deliver nothing before its position is probed directly. The probe finishes partitions whose remaining offsets hold only aborted records or markers behind another producer's open transaction, or hold such records that were deleted (retention, DeleteRecords) after the consumer had skipped them: cases in which the consumer delivers nothing and reports nothing. One round probes every idle partition with one Fetch per partition leader; a partition whose probes find nothing is probed at doubling intervals up to 30s, and a paused partition (see `max_buffered_bytes_per_partition`) is not probed: offsets deleted under it are reported by the consumer once it resumes. Default 2s.").
 				Default("2s").
 				Advanced(),
 			service.NewDurationField(knFieldProgressLogInterval).
