@@ -6,11 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -435,4 +437,105 @@ func TestSigtermStillLogged(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p.wait(t))
 	require.Len(t, scanLines(p.output(), "Received SIGTERM, the service is closing"), 1)
+}
+
+// k2kDevConfig is a Kafka-to-Kafka copy of orders into orders_copy for `dev`
+// (the quickstart's shape), with extra pipeline and input lines.
+func k2kDevConfig(t *testing.T, httpAddr, inputExtra, pipeline string) string {
+	t.Helper()
+	return writeConfig(t, fmt.Sprintf(`
+http:
+  address: %s
+input:
+  kafka_native:
+    seed_brokers: [ "${KAFKA_BROKERS}" ]
+    topics: [ orders ]
+    consumer_group: copy
+%s
+pipeline:
+  processors: [ %s ]
+output:
+  kafka_eos:
+    seed_brokers: [ "${KAFKA_BROKERS}" ]
+    topic: orders_copy
+    transactional_id: copy
+    consumer_group: copy
+    state_cache: state
+    epoch: { interval: 100ms }
+cache_resources:
+  - label: state
+    kafka_state:
+      seed_brokers: [ "${KAFKA_BROKERS}" ]
+      topic: copy_state
+metrics:
+  prometheus: {}
+`, httpAddr, inputExtra, pipeline))
+}
+
+// TestDevQuickstart runs `make quickstart`'s command on the built binary,
+// with more records so that the counters pass a million: the copy is exact
+// and every counter prints as an integer.
+func TestDevQuickstart(t *testing.T) {
+	p := startBin(t, "dev", "--topic", "orders:3", "--fill", "orders:40000", "--topic", "orders_copy:3",
+		"--report", "orders_copy", "../../config/examples/quickstart.yaml")
+	require.Equal(t, 0, p.wait(t))
+	out := p.output()
+	require.Contains(t, out, "dev: records out (read_committed) in orders_copy: 40000, duplicates: 0, missing: 0")
+	require.Contains(t, out, "dev: kafka_eos_records_produced = 40000\n")
+	bytes := scanLines(out, "dev: kafka_eos_bytes_produced = ")
+	require.Len(t, bytes, 1)
+	require.Regexp(t, `= [0-9]{7,}$`, bytes[0], "a counter over a million prints as an integer")
+	for _, l := range scanLines(out, "dev: kafka_") {
+		require.Regexp(t, `= -?[0-9]+(\.[0-9]+)?$`, l)
+	}
+}
+
+// TestDevTimeoutIsIncomplete: a run stopped by --timeout (an unbounded
+// input) is reported as incomplete, with what was copied so far, and not as
+// records missing; it exits non-zero.
+func TestDevTimeoutIsIncomplete(t *testing.T) {
+	p := startBin(t, "dev", "--topic", "orders:1", "--fill", "orders:100", "--topic", "orders_copy:1",
+		"--report", "orders_copy", "--timeout", "3s", k2kDevConfig(t, freeAddr(t), "", ""))
+	require.Equal(t, 1, p.wait(t))
+	out := p.output()
+	require.Contains(t, out, "the run is incomplete: the stream was stopped by --timeout 3s before its input ended")
+	require.Contains(t, out, "in orders_copy so far: ")
+	require.NotContains(t, out, "missing")
+	require.NotContains(t, out, "not exactly once")
+}
+
+// TestDevReportCount: a pipeline that changes every value fails the value
+// comparison of --report (every record "missing") but passes --report-count,
+// which compares only how many records arrived.
+func TestDevReportCount(t *testing.T) {
+	conf := k2kDevConfig(t, freeAddr(t), "    stop_offset: latest", "{ mapping: 'root = content().uppercase()' }")
+	args := []string{"dev", "--topic", "orders:2", "--fill", "orders:500", "--topic", "orders_copy:2"}
+	p := startBin(t, append(args, "--report-count", "orders_copy", conf)...)
+	require.Equal(t, 0, p.wait(t), "--report-count")
+	require.Contains(t, p.output(), "dev: records out (read_committed) in orders_copy: 500, records in: 500 (count only: values not compared)")
+
+	p = startBin(t, append(args, "--report", "orders_copy", conf)...)
+	require.Equal(t, 1, p.wait(t), "--report")
+	require.Contains(t, p.output(), "missing: 500")
+}
+
+// TestDevServesMetrics: the config's metrics and http sections are served
+// while dev runs: its /metrics shows the components' counters.
+func TestDevServesMetrics(t *testing.T) {
+	addr := freeAddr(t)
+	p := startBin(t, "dev", "--topic", "orders:1", "--fill", "orders:100", "--topic", "orders_copy:1",
+		"--report", "orders_copy", k2kDevConfig(t, addr, "", ""))
+	p.waitOutput(t, "dev: serving metrics at http://"+addr+"/metrics")
+	kafkatest.Wait(t, time.Minute, func() bool {
+		res, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return regexp.MustCompile(`(?m)^kafka_eos_records_produced(\{[^}]*\})? 100$`).Match(b)
+	})
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 1, p.wait(t))
+	require.Contains(t, p.output(), "the run is incomplete: the stream was stopped by a signal")
 }

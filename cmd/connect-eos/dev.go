@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
@@ -12,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -37,9 +39,12 @@ func devCommand() *ucli.Command {
 the topics named by the flags, exports its address as KAFKA_BROKERS, runs the
 config until its input ends (or --timeout), then reads the reported topics
 with read_committed and prints records in, records out, duplicates, missing
-records and the kafka_* counters of the run. Exits non-zero when the stream
-failed, or when records were duplicated or lost between the filled topics and
-the reported ones.
+records and the kafka_* counters of the run. The config's metrics (in the
+Prometheus format) and HTTP server are served while it runs. Exits non-zero
+when the stream failed, when --timeout stopped it before its input ended (the
+run is incomplete and no verdict is given), or when records were duplicated
+or lost between the filled topics and the reported ones (--report compares
+values, --report-count only counts, for a pipeline that changes values).
 
 Example:
   connect-eos dev --topic orders:3 --fill orders:10000 --topic orders_copy:3 \
@@ -47,7 +52,8 @@ Example:
 		Flags: []ucli.Flag{
 			&ucli.StringSliceFlag{Name: "topic", Usage: "create topic NAME:PARTITIONS (repeatable)"},
 			&ucli.StringSliceFlag{Name: "fill", Usage: "produce COUNT records with unique values into NAME:COUNT before the run (repeatable)"},
-			&ucli.StringSliceFlag{Name: "report", Usage: "after the run, read topic NAME with read_committed and compare it with the filled records (repeatable)"},
+			&ucli.StringSliceFlag{Name: "report", Usage: "after the run, read topic NAME with read_committed and compare its values with the filled records: duplicates and missing records (repeatable)"},
+			&ucli.StringSliceFlag{Name: "report-count", Usage: "after the run, read topic NAME with read_committed and compare only its record count with the filled records, for pipelines that change values (repeatable)"},
 			&ucli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "stop the stream after this long if it has not ended"},
 		},
 		Action: func(c *ucli.Context) error {
@@ -59,6 +65,7 @@ Example:
 				topics:     c.StringSlice("topic"),
 				fills:      c.StringSlice("fill"),
 				reports:    c.StringSlice("report"),
+				counts:     c.StringSlice("report-count"),
 				timeout:    c.Duration("timeout"),
 			})
 		},
@@ -70,6 +77,7 @@ type devOptions struct {
 	topics     []string
 	fills      []string
 	reports    []string
+	counts     []string
 	timeout    time.Duration
 }
 
@@ -131,12 +139,20 @@ func runDev(ctx context.Context, o devOptions) error {
 		fmt.Fprintf(os.Stderr, "dev: produced %d records into %s\n", count, name)
 	}
 
-	// Run the stream in a cloned environment whose metrics exporter we hold,
-	// so the summary can show the components' own counters.
-	exp := promexport.New()
+	// Run the stream in an environment whose metrics exporter we hold, so
+	// the summary can show the components' own counters; the exporter takes
+	// the config's prometheus settings and is served on the config's HTTP
+	// address, as `run` would.
+	sections, err := devSections(confBytes)
+	if err != nil {
+		return fmt.Errorf("dev: %s: %w", o.configPath, err)
+	}
+	var exp *promexport.Exporter
 	env := binaryEnvironment()
-	if err := env.RegisterMetricsExporter("dev_capture", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Logger) (service.MetricsExporter, error) {
-		return exp, nil
+	if err := env.RegisterMetricsExporter("dev_capture", promexport.Spec(), func(conf *service.ParsedConfig, _ *service.Logger) (service.MetricsExporter, error) {
+		e, err := promexport.NewFromParsed(conf)
+		exp = e
+		return e, err
 	}); err != nil {
 		return err
 	}
@@ -144,12 +160,21 @@ func runDev(ctx context.Context, o devOptions) error {
 	if err := sb.SetYAML(string(confBytes)); err != nil {
 		return fmt.Errorf("dev: %s: %w", o.configPath, err)
 	}
-	if err := sb.SetMetricsYAML("dev_capture: {}"); err != nil {
-		return err
+	if sections.note != "" {
+		fmt.Fprintf(os.Stderr, "dev: %s\n", sections.note)
 	}
+	if err := sb.SetMetricsYAML(sections.metricsYAML); err != nil {
+		return fmt.Errorf("dev: %s: metrics: %w", o.configPath, err)
+	}
+	mux := http.NewServeMux()
+	sb.SetHTTPMux(mux)
 	stream, err := sb.Build()
 	if err != nil {
 		return fmt.Errorf("dev: %s: %w", o.configPath, err)
+	}
+	if sections.httpEnabled {
+		stopHTTP := serveDev(mux, sections.httpAddress)
+		defer stopHTTP()
 	}
 	runCtx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -160,21 +185,26 @@ func runDev(ctx context.Context, o devOptions) error {
 	done := make(chan error, 1)
 	go func() { done <- stream.Run(context.Background()) }()
 	var runErr error
+	incomplete := ""
 	select {
 	case runErr = <-done:
 	case <-runCtx.Done():
 		runErr = stream.StopWithin(10 * time.Second)
 		<-done
+		if fatal.Err() == nil {
+			incomplete = "stopped by a signal before its input ended"
+		}
 	case <-time.After(o.timeout):
 		fmt.Fprintf(os.Stderr, "dev: --timeout %v reached, stopping the stream\n", o.timeout)
 		_ = stream.StopWithin(10 * time.Second)
 		<-done
+		incomplete = fmt.Sprintf("stopped by --timeout %v before its input ended", o.timeout)
 	}
 	elapsed := time.Since(start)
 	if ferr := fatal.Err(); ferr != nil {
 		return fmt.Errorf("dev: the stream stopped on a fatal error: %w", ferr)
 	}
-	if runErr != nil {
+	if runErr != nil && incomplete == "" {
 		return fmt.Errorf("dev: the stream failed: %w", runErr)
 	}
 
@@ -199,16 +229,116 @@ func runDev(ctx context.Context, o devOptions) error {
 				missing++
 			}
 		}
+		if incomplete != "" {
+			fmt.Printf("dev: records out (read_committed) in %s so far: %d, duplicates so far: %d\n", name, len(values), dups)
+			continue
+		}
 		fmt.Printf("dev: records out (read_committed) in %s: %d, duplicates: %d, missing: %d\n", name, len(values), dups, missing)
 		if len(filled) > 0 && (dups > 0 || missing > 0) {
 			problems = append(problems, fmt.Sprintf("%s has %d duplicates and %d missing records", name, dups, missing))
 		}
 	}
-	printCounters(exp.Registry())
+	for _, name := range o.counts {
+		values, err := readCommitted(ctx, adm, cluster.ListenAddrs(), name)
+		if err != nil {
+			return err
+		}
+		if incomplete != "" {
+			fmt.Printf("dev: records out (read_committed) in %s so far: %d (count only)\n", name, len(values))
+			continue
+		}
+		fmt.Printf("dev: records out (read_committed) in %s: %d, records in: %d (count only: values not compared)\n", name, len(values), len(filled))
+		if len(values) != len(filled) {
+			problems = append(problems, fmt.Sprintf("%s has %d records, %d were filled", name, len(values), len(filled)))
+		}
+	}
+	printCounters(exp)
+	if incomplete != "" {
+		return fmt.Errorf("dev: the run is incomplete: the stream was %s; no exactly-once verdict (raise --timeout for a bounded input)", incomplete)
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("dev: not exactly once: %s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// devConfig is what dev reads of a config's service-wide sections.
+type devConfig struct {
+	httpEnabled bool
+	httpAddress string
+	metricsYAML string // the metrics section, with dev_capture for prometheus
+	note        string // said to the user when the config's exporter is replaced
+}
+
+// devSections reads the config's http and metrics sections: the HTTP
+// server's address (DefaultHTTPAddress unless set) and the prometheus
+// exporter's settings, which dev keeps.
+func devSections(conf []byte) (devConfig, error) {
+	spec := service.NewConfigSpec().
+		Field(service.NewObjectField("http",
+			service.NewBoolField("enabled").Default(true),
+			service.NewStringField("address").Default(DefaultHTTPAddress),
+		).Optional()).
+		Field(service.NewAnyField("metrics").Optional())
+	pc, err := spec.ParseYAML(string(conf), nil)
+	if err != nil {
+		return devConfig{}, err
+	}
+	d := devConfig{httpEnabled: true, httpAddress: DefaultHTTPAddress, metricsYAML: `dev_capture: {}`}
+	if pc.Contains("http") {
+		if d.httpEnabled, err = pc.FieldBool("http", "enabled"); err != nil {
+			return d, err
+		}
+		if d.httpAddress, err = pc.FieldString("http", "address"); err != nil {
+			return d, err
+		}
+	}
+	if !pc.Contains("metrics") {
+		return d, nil
+	}
+	m, err := pc.FieldAny("metrics")
+	if err != nil {
+		return d, err
+	}
+	sec, ok := m.(map[string]any)
+	if !ok {
+		return d, errors.New("metrics: want an object")
+	}
+	out := map[string]any{"dev_capture": map[string]any{}}
+	for k, v := range sec {
+		switch k {
+		case "mapping":
+			out[k] = v
+		case "prometheus":
+			if v != nil {
+				out["dev_capture"] = v
+			}
+		default:
+			d.note = fmt.Sprintf("the config's metrics exporter %q is replaced by the Prometheus exporter during dev, so the summary can read the counters", k)
+		}
+	}
+	// JSON is YAML.
+	b, err := json.Marshal(out)
+	if err != nil {
+		return d, err
+	}
+	d.metricsYAML = string(b)
+	return d, nil
+}
+
+// serveDev serves the stream's HTTP endpoints on addr (the stream registers
+// /metrics, /stats and /ready on mux itself). A port already in use is
+// reported and the run goes on.
+func serveDev(mux *http.ServeMux, addr string) (stop func()) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dev: not serving the config's http.address %s: %v\n", addr, err)
+		return func() {}
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	fmt.Fprintf(os.Stderr, "dev: serving metrics at http://%s/metrics\n", l.Addr())
+	return func() { _ = srv.Close() }
 }
 
 func fillValue(topic string, i int) string {
@@ -286,9 +416,13 @@ func readCommitted(ctx context.Context, adm *kadm.Client, seeds []string, topic 
 	return values, nil
 }
 
-// printCounters prints the run's kafka_* counters and gauges, sorted by name.
-func printCounters(reg *prometheus.Registry) {
-	mfs, err := reg.Gather()
+// printCounters prints the run's kafka_* counters and gauges, sorted by name,
+// summed over their label sets; whole numbers print as integers.
+func printCounters(exp *promexport.Exporter) {
+	if exp == nil {
+		return
+	}
+	mfs, err := exp.Registry().Gather()
 	if err != nil {
 		return
 	}
@@ -309,11 +443,16 @@ func printCounters(reg *prometheus.Registry) {
 			}
 		}
 		if mf.GetType() == dto.MetricType_COUNTER || mf.GetType() == dto.MetricType_GAUGE {
-			lines = append(lines, fmt.Sprintf("dev: %s = %v", mf.GetName(), sum))
+			lines = append(lines, fmt.Sprintf("dev: %s = %s", mf.GetName(), formatNumber(sum)))
 		}
 	}
 	sort.Strings(lines)
 	for _, l := range lines {
 		fmt.Println(l)
 	}
+}
+
+// formatNumber prints v without an exponent: 1234567, not 1.234567e+06.
+func formatNumber(v float64) string {
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }

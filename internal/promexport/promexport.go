@@ -54,7 +54,7 @@ func Spec() *service.ConfigSpec {
 
 func init() {
 	if err := service.RegisterMetricsExporter("prometheus", Spec(), func(conf *service.ParsedConfig, log *service.Logger) (service.MetricsExporter, error) {
-		return newFromParsed(conf)
+		return NewFromParsed(conf)
 	}); err != nil {
 		panic(err)
 	}
@@ -70,7 +70,8 @@ type Exporter struct {
 	known map[string]prometheus.Collector
 }
 
-func newFromParsed(conf *service.ParsedConfig) (*Exporter, error) {
+// NewFromParsed returns an exporter configured by a config of Spec.
+func NewFromParsed(conf *service.ParsedConfig) (*Exporter, error) {
 	e := &Exporter{reg: prometheus.NewRegistry(), known: map[string]prometheus.Collector{}}
 	var err error
 	if e.histograms, err = conf.FieldBool(fieldUseHistogramTiming); err != nil {

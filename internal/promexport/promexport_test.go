@@ -21,7 +21,7 @@ func TestExporterServesPrometheusText(t *testing.T) {
 	env := service.NewEnvironment()
 	require.NoError(t, env.RegisterMetricsExporter("prom_under_test", Spec(), func(conf *service.ParsedConfig, _ *service.Logger) (service.MetricsExporter, error) {
 		var err error
-		exp, err = newFromParsed(conf)
+		exp, err = NewFromParsed(conf)
 		return exp, err
 	}))
 	sb := env.NewStreamBuilder()
