@@ -392,8 +392,8 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 	}
 	token := fenceOf(ctx)
 	headers := fenceHeaders(token)
-	if size := recordBatchSize([]byte(key), value, headers); size > c.meta.maxMessageBytes {
-		return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: size, Limit: c.meta.maxMessageBytes}
+	if size := recordBatchSize([]byte(key), value, headers); size > c.meta.batchLimit() {
+		return c.tooLarge(key, value, size)
 	}
 
 	if err := c.lockWrite(ctx); err != nil {
@@ -437,7 +437,7 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 	switch {
 	case err == nil:
 	case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge):
-		return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: recordBatchSize(r.Key, v, headers), Limit: c.meta.maxMessageBytes}
+		return c.tooLarge(key, value, recordBatchSize(r.Key, v, headers))
 	case errors.Is(err, ErrClosed):
 		return fmt.Errorf("kafka_state: writing key %q to topic %q: the cache was closed with the write in flight (the write may or may not have happened): %w", key, c.cfg.Topic, ErrClosed)
 	case errors.Is(err, errNoAnswer):
@@ -595,7 +595,7 @@ func (c *Cache) load(ctx context.Context) error {
 		// varint of up to 5) on top of what the broker checks; with one
 		// record per batch (writeSem), this lets a record of exactly
 		// max.message.bytes through and leaves the check to write.
-		kgo.ProducerBatchMaxBytes(clampBatchBytes(meta.maxMessageBytes+5)),
+		kgo.ProducerBatchMaxBytes(clampBatchBytes(meta.batchLimit()+5)),
 		// Reads: every partition from its start, uncommitted, with
 		// transaction markers, so transactions are resolved here (see
 		// the package doc for why not read_committed).
@@ -603,10 +603,10 @@ func (c *Cache) load(ctx context.Context) error {
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.KeepControlRecords(),
 	)
-	if meta.maxMessageBytes > 100<<20 {
-		// franz-go's default 100 MiB request cap must fit one batch.
-		opts = append(opts, kgo.BrokerMaxWriteBytes(int32(min(meta.maxMessageBytes, 1<<30))+1<<20))
-	}
+	// franz-go's default request and response limits (100 MiB each) stay:
+	// batchLimit keeps every write's request under the first and every
+	// fetch response under the second (see maxBatchBytes).
+	//
 	// The record's context ends a write whose outcome is unknown (see
 	// produce).
 	opts = append(opts, kgo.AllowIdempotentProduceCancellation())
@@ -640,6 +640,11 @@ func (c *Cache) breakLocked(err error) error {
 		c.logErrorf("%v", err)
 	}
 	return c.broken
+}
+
+// tooLarge is the error for a value whose record batch is size bytes.
+func (c *Cache) tooLarge(key string, value []byte, size int) error {
+	return &TooLargeError{Topic: c.cfg.Topic, Key: key, ValueBytes: len(value), BatchBytes: size, Limit: c.meta.batchLimit(), TopicLimit: c.meta.maxMessageBytes}
 }
 
 func clampBatchBytes(n int) int32 {

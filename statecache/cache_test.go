@@ -37,6 +37,7 @@ var suite = []struct {
 	{"RecreatedTopic", testRecreatedTopic},
 	{"RecreatedTopicRefresh", testRecreatedTopicRefresh},
 	{"PartitionsAdded", testPartitionsAdded},
+	{"LargeValues", testLargeValues},
 }
 
 func TestCache(t *testing.T) {

@@ -62,17 +62,26 @@ func (e *FencedError) Error() string {
 func (*FencedError) Unwrap() error { return ErrFenced }
 
 // TooLargeError is returned when a key and value would not fit in one record
-// batch under the topic's max.message.bytes. The cache never splits a value
-// across records: a split value could be read half-written after a crash.
+// batch the cache can write and read back: the topic's max.message.bytes, and
+// never more than 100 MiB less 64 KiB (a write is one produce request, which
+// Apache Kafka refuses over socket.request.max.bytes, default 100 MiB, and a
+// read gets the batch in one fetch response, which franz-go refuses over 100
+// MiB). The cache never splits a value across records: a split value could be
+// read half-written after a crash.
 type TooLargeError struct {
 	Topic      string
 	Key        string
 	ValueBytes int // len(value)
 	BatchBytes int // the record batch the broker would see, header included
-	Limit      int // the topic's max.message.bytes
+	Limit      int // the largest batch the cache writes to the topic
+	TopicLimit int // the topic's max.message.bytes
 }
 
 func (e *TooLargeError) Error() string {
+	if e.Limit < e.TopicLimit {
+		return fmt.Sprintf("kafka_state: value for key %q is %d bytes (a %d byte record batch), over the %d bytes kafka_state can write in one request and read back in one response (the topic %q allows %d, but Kafka's default socket.request.max.bytes and franz-go's response limit are 100 MiB); values are never split across records, store less",
+			e.Key, e.ValueBytes, e.BatchBytes, e.Limit, e.Topic, e.TopicLimit)
+	}
 	return fmt.Sprintf("kafka_state: value for key %q is %d bytes (a %d byte record batch), over max.message.bytes %d of topic %q; values are never split across records, raise max.message.bytes on the topic or store less",
 		e.Key, e.ValueBytes, e.BatchBytes, e.Limit, e.Topic)
 }

@@ -35,6 +35,18 @@ var createConfigs = map[string]*string{
 	"segment.ms":     strPtr("3600000"),
 }
 
+// maxBatchBytes is the largest record batch the cache writes, whatever the
+// topic's max.message.bytes allows: 100 MiB less 64 KiB. A write is one
+// produce request holding one batch, and Apache Kafka closes the connection
+// on a request over socket.request.max.bytes (default 100 MiB), where
+// franz-go retries; a read gets the batch in one fetch response (Kafka
+// returns a first batch whole even above the fetch size limits), which
+// franz-go refuses over BrokerMaxReadBytes (default 100 MiB), and a batch
+// the cache could write but not read would make the topic unreadable to
+// every process. 64 KiB is room for the request and response headers (topic
+// name, client id).
+const maxBatchBytes = 100<<20 - 64<<10
+
 func strPtr(s string) *string { return &s }
 
 // topicMeta is what the cache learnt about its topic at load.
@@ -44,6 +56,10 @@ type topicMeta struct {
 	partitions      int32
 	maxMessageBytes int // max.message.bytes: the largest record batch the broker accepts
 }
+
+// batchLimit is the largest record batch the cache writes to the topic: its
+// max.message.bytes, at most maxBatchBytes.
+func (m topicMeta) batchLimit() int { return min(m.maxMessageBytes, maxBatchBytes) }
 
 // partitionFor returns the partition of key: franz-go's default key hash,
 // murmur2 as the Java client, so that the output (or any writer using the
