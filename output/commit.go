@@ -466,9 +466,15 @@ func (o *output) verifyCommit(ctx context.Context, s *slot, rec txnstate.Record)
 		o.log.Warnf("kafka_eos: epoch %d on %q: EndTransaction returned success but the broker shows %v, not a commit of producer id %d epoch %d", rec.Epoch, s.id, obs, rec.ProducerID, rec.ProducerEpoch)
 		return fmt.Errorf("%w: the broker shows %v", errCommitNotApplied, obs)
 	}
-	// Another producer took the id (CommitNotOurs): its next request is
-	// fenced.
-	return nil
+	// CommitNotOurs: another producer id, or an epoch this EndTxn cannot
+	// have left: another producer initialised the id after it. Nothing
+	// here says the commit happened (the EndTxn may have been an abort
+	// reported as success), so it is not acked: the in-doubt path asks
+	// again with the stored producer id and epoch and, if nothing
+	// establishes the commit, stops holding the batches.
+	o.m.tally.add("commit_not_ours", 1)
+	o.log.Warnf("kafka_eos: epoch %d on %q: EndTransaction returned success but the broker shows %v, another producer's state", rec.Epoch, s.id, obs)
+	return fmt.Errorf("%w: the broker shows %v, another producer's state", errCommitNotApplied, obs)
 }
 
 func (o *output) setTxnVersion(s *slot, rec txnstate.Record, seen txnstate.TxnVersion) {
