@@ -495,7 +495,7 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	s := ep.slot
 	actx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
 	defer cancel()
-	if isFenceErr(cause) && o.fenceKind(actx, s, ep.pid, ep.pepoch) == txnstate.FenceZombie {
+	if isFenceErr(cause) && o.fenceKind(actx, ep) == txnstate.FenceZombie {
 		o.zombie(s, cause)
 		return
 	}
@@ -506,7 +506,7 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	if err := s.cl.EndTransaction(actx, kgo.TryAbort); err != nil {
 		o.log.Warnf("kafka_eos: aborting epoch %d on %q: %v", ep.n, s.id, err)
 		if isFenceErr(err) {
-			if o.fenceKind(actx, s, ep.pid, ep.pepoch) == txnstate.FenceZombie {
+			if o.fenceKind(actx, ep) == txnstate.FenceZombie {
 				o.zombie(s, err)
 				return
 			}
@@ -558,14 +558,23 @@ func (o *output) rewarm(ctx context.Context, s *slot) {
 	}
 }
 
-// fenceKind asks DescribeTransactions whether a fence was another producer's.
-func (o *output) fenceKind(ctx context.Context, s *slot, pid int64, e int16) txnstate.FenceKind {
+// fenceKind asks DescribeTransactions whether a fence of ep was another
+// producer's.
+func (o *output) fenceKind(ctx context.Context, ep *epoch) txnstate.FenceKind {
+	s := ep.slot
 	obs, err := o.describe(ctx, s.id)
 	if err != nil {
 		o.log.Warnf("kafka_eos: describing %q after a fence: %v", s.id, err)
 		return txnstate.FenceZombie
 	}
-	return txnstate.ClassifyFence(pid, e, s.tv, obs)
+	return txnstate.ClassifyFence(ep.pid, ep.pepoch, s.tv, obs, o.mayHaveTimedOut(ep))
+}
+
+// mayHaveTimedOut says whether the coordinator can have aborted ep for its
+// transaction timeout: only once ep has been open transaction_timeout (the
+// coordinator counts from the first partition added, after ep opened).
+func (o *output) mayHaveTimedOut(ep *epoch) bool {
+	return time.Since(ep.opened) >= o.conf.txnTimeout
 }
 
 func (o *output) zombie(s *slot, err error) {
@@ -584,7 +593,7 @@ func (o *output) handleFence(ctx context.Context, ep *epoch, rec txnstate.Record
 	if derr == nil && txnstate.Decide(rec, obs) == txnstate.FoundCommitted {
 		return true
 	}
-	if derr != nil || txnstate.ClassifyFence(rec.ProducerID, rec.ProducerEpoch, rec.TxnVersion, obs) == txnstate.FenceZombie {
+	if derr != nil || txnstate.ClassifyFence(rec.ProducerID, rec.ProducerEpoch, rec.TxnVersion, obs, o.mayHaveTimedOut(ep)) == txnstate.FenceZombie {
 		o.mu.Lock()
 		ep.ending = false
 		o.mu.Unlock()

@@ -2,12 +2,17 @@ package output
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
+	"github.com/connect-eos/connect-eos/txnstate"
 )
 
 // An EndTransaction(commit) reported successful, after which the broker shows
@@ -80,4 +85,100 @@ func testCommitNotOursNotAcked(t *testing.T, brokers []string, topic, txnID stri
 		t.Fatal("acked an epoch the broker shows at another producer (nothing confirms its commit)")
 	}
 	t.Logf("returned=%v err=%v fatal=%v", returned, werr, fc.err())
+}
+
+// A second instance's InitProducerID on a slot whose transaction is still
+// open fences it, and until that instance's retried InitProducerID bumps the
+// epoch again the broker shows our producer id aborted at e+1: the state a
+// coordinator timeout leaves too. A timeout cannot happen before the epoch has
+// been open transaction_timeout, so an earlier fence is a zombie's: the output
+// stops (FencedError) instead of re-initialising the slot, which would fence
+// the live instance in turn. On the original code ClassifyFence read that
+// state as our own timeout: the epoch was nacked and the slot re-initialised.
+func TestTakeoverNotOwnTimeout(t *testing.T) {
+	for _, tv := range dedupeTVs {
+		t.Run(tv.name, func(t *testing.T) {
+			c := newCluster(t, tv.opts...)
+			testTakeoverNotOwnTimeout(t, c.ListenAddrs(), testTopic, "takeover", c)
+		})
+	}
+}
+
+func TestKafkaTakeoverNotOwnTimeout(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		testTakeoverNotOwnTimeout(t, env.brokers, env.topic, env.txnID, nil)
+	})
+}
+
+// c, if set, is the kfake cluster: its InitProducerID fences and bumps at
+// once (Empty at the new epoch, which reads as a zombie already), so its
+// DescribeTransactions is made to answer what Apache Kafka shows in the window
+// before the other instance's retry: CompleteAbort at our producer id, e+1.
+func testTakeoverNotOwnTimeout(t *testing.T, brokers []string, topic, txnID string, c *kfake.Cluster) {
+	fc, restore := catchFatal()
+	defer restore()
+	a := newTestOutput(t, newResources(), yamlFor(brokers, topic, txnID, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := a.WriteBatch(ctx, batchOf("a", 2)); err != nil {
+		t.Fatal(err)
+	}
+	other, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var inits atomic.Int64
+	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+		if s != stepPrepared || n != 2 {
+			return nil
+		}
+		// The other instance's first InitProducerID, not retried: the
+		// coordinator fences the open transaction (epoch e+1) and
+		// aborts it; the other instance's retry would bump again.
+		id := a.slots[txnstate.SlotFor(n, len(a.slots))].id
+		req := kmsg.NewPtrInitProducerIDRequest()
+		tid := id
+		req.TransactionalID = &tid
+		req.TransactionTimeoutMillis = 30000
+		req.ProducerID, req.ProducerEpoch = -1, -1
+		resp, err := req.RequestWith(ctx, other)
+		t.Logf("other instance's InitProducerID: %v %v", resp, err)
+		inits.Add(1)
+		if c != nil {
+			ep := a.live[0]
+			c.ControlKey(int16(kmsg.DescribeTransactions), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				req := kreq.(*kmsg.DescribeTransactionsRequest)
+				resp := req.ResponseKind().(*kmsg.DescribeTransactionsResponse)
+				for _, id := range req.TransactionalIDs {
+					st := kmsg.NewDescribeTransactionsResponseTransactionState()
+					st.TransactionalID = id
+					st.State = txnstate.BrokerCompleteAbort
+					st.ProducerID, st.ProducerEpoch = ep.pid, ep.pepoch+1
+					resp.TransactionStates = append(resp.TransactionStates, st)
+				}
+				return resp, nil, true
+			})
+		}
+		kafkatest.Wait(t, 30*time.Second, func() bool {
+			obs, err := a.describe(ctx, id)
+			t.Logf("broker: %v %v", obs, err)
+			return err == nil && obs.State != txnstate.BrokerOngoing
+		})
+		return nil
+	}}
+	werr := a.WriteBatch(ctx, batchOf("b", 2))
+	var fe *FencedError
+	if !errors.As(werr, &fe) {
+		t.Fatalf("epoch fenced by another instance well before transaction_timeout: %v, want a FencedError (a zombie stop)", werr)
+	}
+	if fc.err() == nil {
+		t.Fatal("no fatal stop")
+	}
+	for _, v := range readCommitted(t, brokers, topic) {
+		if v == "b-0" || v == "b-1" {
+			t.Fatalf("record of the fenced epoch visible: %s", v)
+		}
+	}
 }

@@ -231,7 +231,17 @@ const (
 // coordinator's timeout abort leaves PrepareAbort or CompleteAbort at our pid
 // (CompleteAbort at e+1 under TV0, e+1..e+2 under TV2). A transactional id
 // that is gone or a new producer id is treated as a zombie: the safe side.
-func ClassifyFence(pid int64, e int16, tv TxnVersion, o Observation) FenceKind {
+//
+// Another instance's InitProducerID on our open transaction leaves the same
+// states as a timeout until its retry bumps the epoch again (Apache Kafka
+// fences the open transaction at e+1, aborts it and answers
+// CONCURRENT_TRANSACTIONS: PrepareEpochFence, PrepareAbort, then CompleteAbort
+// at e+1). Only the clock tells them apart: the coordinator aborts a
+// transaction transaction_timeout after its first partition was added, never
+// sooner, so timedOut says whether the epoch has been open that long (it
+// opened before its first partition was added). Before that, an abort at
+// e+1 is another instance's fence: a zombie.
+func ClassifyFence(pid int64, e int16, tv TxnVersion, o Observation, timedOut bool) FenceKind {
 	if !o.Found || o.ProducerID != pid {
 		return FenceZombie
 	}
@@ -239,6 +249,9 @@ func ClassifyFence(pid int64, e int16, tv TxnVersion, o Observation) FenceKind {
 	ee := int32(e)
 	if oe == ee {
 		return FenceOwnTimeout // nobody bumped the epoch
+	}
+	if !timedOut {
+		return FenceZombie
 	}
 	maxBump := ee + 1
 	if tv == TV2 {

@@ -136,24 +136,33 @@ func TestRetryOutcome(t *testing.T) {
 func TestClassifyFence(t *testing.T) {
 	const pid, e = 50, 3
 	for _, tc := range []struct {
-		name string
-		tv   TxnVersion
-		o    Observation
-		want FenceKind
+		name     string
+		tv       TxnVersion
+		o        Observation
+		want     FenceKind
+		tooEarly bool // the epoch has not been open transaction_timeout
 	}{
-		{"tv0 timeout complete abort e+1", TV0, obs(BrokerCompleteAbort, pid, e+1), FenceOwnTimeout},
-		{"tv0 timeout prepare abort e+1", TV0, obs(BrokerPrepareAbort, pid, e+1), FenceOwnTimeout},
-		{"tv0 timeout epoch fence", TV0, obs(BrokerPrepareEpochFence, pid, e+1), FenceOwnTimeout},
-		{"tv2 timeout complete abort e+2", TV2, obs(BrokerCompleteAbort, pid, e+2), FenceOwnTimeout},
-		{"tv0 abort e+2 is not ours", TV0, obs(BrokerCompleteAbort, pid, e+2), FenceZombie},
-		{"no epoch change", TV0, obs(BrokerEmpty, pid, e), FenceOwnTimeout},
-		{"zombie: re-initialised, empty", TV0, obs(BrokerEmpty, pid, e+1), FenceZombie},
-		{"zombie: re-initialised, ongoing", TV2, obs(BrokerOngoing, pid, e+1), FenceZombie},
-		{"zombie: new pid", TV0, obs(BrokerEmpty, pid+1, 0), FenceZombie},
-		{"not found", TV0, Observation{}, FenceZombie},
+		{"tv0 timeout complete abort e+1", TV0, obs(BrokerCompleteAbort, pid, e+1), FenceOwnTimeout, false},
+		{"tv0 timeout prepare abort e+1", TV0, obs(BrokerPrepareAbort, pid, e+1), FenceOwnTimeout, false},
+		{"tv0 timeout epoch fence", TV0, obs(BrokerPrepareEpochFence, pid, e+1), FenceOwnTimeout, false},
+		{"tv2 timeout complete abort e+2", TV2, obs(BrokerCompleteAbort, pid, e+2), FenceOwnTimeout, false},
+		{"tv0 abort e+2 is not ours", TV0, obs(BrokerCompleteAbort, pid, e+2), FenceZombie, false},
+		{"no epoch change", TV0, obs(BrokerEmpty, pid, e), FenceOwnTimeout, false},
+		{"zombie: re-initialised, empty", TV0, obs(BrokerEmpty, pid, e+1), FenceZombie, false},
+		{"zombie: re-initialised, ongoing", TV2, obs(BrokerOngoing, pid, e+1), FenceZombie, false},
+		{"zombie: new pid", TV0, obs(BrokerEmpty, pid+1, 0), FenceZombie, false},
+		{"not found", TV0, Observation{}, FenceZombie, false},
+		// Another instance's InitProducerID on our open transaction
+		// leaves these states too, until its retry bumps again: before
+		// transaction_timeout they cannot be the coordinator's timeout.
+		{"tv0 complete abort e+1 too early", TV0, obs(BrokerCompleteAbort, pid, e+1), FenceZombie, true},
+		{"tv0 prepare abort e+1 too early", TV0, obs(BrokerPrepareAbort, pid, e+1), FenceZombie, true},
+		{"tv0 epoch fence too early", TV0, obs(BrokerPrepareEpochFence, pid, e+1), FenceZombie, true},
+		{"tv2 complete abort e+2 too early", TV2, obs(BrokerCompleteAbort, pid, e+2), FenceZombie, true},
+		{"no epoch change too early", TV0, obs(BrokerEmpty, pid, e), FenceOwnTimeout, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ClassifyFence(pid, e, tc.tv, tc.o); got != tc.want {
+			if got := ClassifyFence(pid, e, tc.tv, tc.o, !tc.tooEarly); got != tc.want {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})
