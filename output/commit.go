@@ -524,7 +524,15 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	}
 	o.m.epochAborted()
 	o.log.Warnf("kafka_eos: epoch %d aborted, its %d batches nacked: %v", ep.n, len(ep.batches), cause)
-	o.finish(ep, &EpochError{Epoch: ep.n, Cause: cause})
+	o.mu.Lock()
+	if o.dd != nil {
+		// The replay comes after the nack: the owed positions expire
+		// counted from now, not from poisonAfter (the ABORTED write
+		// above may have waited minutes for the cache).
+		o.dd.Renew(ep.keyPos(), time.Now())
+	}
+	o.finishLocked(ep, &EpochError{Epoch: ep.n, Cause: cause})
+	o.mu.Unlock()
 	o.rewarm(ctx, s)
 	o.releaseSlot(s)
 }

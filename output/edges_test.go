@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -181,4 +182,46 @@ func testTakeoverNotOwnTimeout(t *testing.T, brokers []string, topic, txnID stri
 			t.Fatalf("record of the fenced epoch visible: %s", v)
 		}
 	}
+}
+
+// Dedupe: an aborted epoch's positions stay owed until they are replayed,
+// counted from the nack, not from the abort's start. The ABORTED write waits
+// for a state cache that is down; on the original code the owed positions
+// were stamped before that wait and expired during it, so a read-ahead batch
+// of the key was admitted and committed right after the nack, and the real
+// replay was then dropped as a duplicate (acked, never written: lost).
+func TestDedupeOwedCountedFromNack(t *testing.T) {
+	c := newCluster(t)
+	res, cache := flakyResources(t)
+	o := newTestOutput(t, res, baseYAML(c.ListenAddrs(), "owed", dedupeExtra))
+	const expiry = 300 * time.Millisecond
+	o.mu.Lock()
+	o.dd.SetOwedExpiry(expiry)
+	o.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := o.WriteBatch(ctx, posBatch("k", 1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	// The cache goes down: PREPARE of 4..6 fails, the ABORTED write waits.
+	cache.down.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- o.WriteBatch(ctx, posBatch("k", 4, 6)) }()
+	wait(t, 10*time.Second, "the ABORTED write retried", func() bool { return cache.failed.Load() >= 2 })
+	time.Sleep(3 * expiry)
+	cache.down.Store(false)
+	if err := <-done; !errors.Is(err, ErrEpochAborted) {
+		t.Fatalf("epoch with a failed PREPARE: %v, want nacked", err)
+	}
+	// A batch read ahead reaches the output before the replay of 4..6.
+	if err := o.WriteBatch(ctx, posBatch("k", 7, 9)); !errors.Is(err, ErrAwaitingReplay) {
+		t.Fatalf("read-ahead batch right after the nack: %v, want ErrAwaitingReplay (4..6 owed)", err)
+	}
+	for _, b := range []service.MessageBatch{posBatch("k", 4, 6), posBatch("k", 7, 9)} {
+		if err := o.WriteBatch(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := counts(t, c.ListenAddrs())
+	wantExactly(t, got, "k", 1, 9)
 }

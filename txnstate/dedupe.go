@@ -21,6 +21,9 @@ import (
 // DedupeState holds the positions of one output. It is not safe for concurrent use.
 type DedupeState struct {
 	maxKeys int
+	// expiry is how long owed positions wait for their replay
+	// (OwedExpiry; SetOwedExpiry for tests).
+	expiry time.Duration
 	// committed: per key, the highest position of a committed epoch.
 	committed map[string]int64
 	// admitted: per key, the highest position in a committed or live epoch.
@@ -64,8 +67,11 @@ const OwedExpiry = 2 * time.Minute
 
 // NewDedupeState returns an empty DedupeState bounded to maxKeys keys (0: unbounded).
 func NewDedupeState(maxKeys int) *DedupeState {
-	return &DedupeState{maxKeys: maxKeys, committed: map[string]int64{}, admitted: map[string]int64{}, owed: map[string]*owedKey{}}
+	return &DedupeState{maxKeys: maxKeys, expiry: OwedExpiry, committed: map[string]int64{}, admitted: map[string]int64{}, owed: map[string]*owedKey{}}
 }
+
+// SetOwedExpiry replaces OwedExpiry for this state (tests).
+func (d *DedupeState) SetOwedExpiry(x time.Duration) { d.expiry = x }
 
 // Load merges committed positions (from the state cache at start) with max.
 func (d *DedupeState) Load(pos map[string]int64) {
@@ -125,7 +131,7 @@ func (d *DedupeState) Plan(msgs []KeyPos, now time.Time) (drop []bool, err error
 			drop[i] = true
 			continue
 		}
-		if ow := d.owed[m.Key]; ow != nil && now.Sub(ow.since) < OwedExpiry {
+		if ow := d.owed[m.Key]; ow != nil && now.Sub(ow.since) < d.expiry {
 			// Every owed position below this one must be replayed
 			// first (earlier in this batch). Owed positions are
 			// sorted, so the ones replayed form a prefix.
@@ -210,6 +216,18 @@ func (d *DedupeState) Abort(msgs []KeyPos, now time.Time) {
 	d.owe(msgs, d.committed, now)
 }
 
+// Renew restarts the expiry of the owed positions of msgs' keys at now: an
+// aborted epoch's positions are owed from the moment its batches are nacked
+// (the replay can only come after), not from the abort's start, which can
+// precede the nack by as long as the state cache takes to record the abort.
+func (d *DedupeState) Renew(msgs []KeyPos, now time.Time) {
+	for _, m := range msgs {
+		if ow := d.owed[m.Key]; ow != nil {
+			ow.since = now
+		}
+	}
+}
+
 // Owe records the positions of a batch nacked before it joined an epoch
 // (ErrAwaitingReplay, or the output could not take it): the input replays
 // it, possibly after batches it read ahead. Its positions above the admitted
@@ -242,7 +260,7 @@ func (d *DedupeState) owe(msgs []KeyPos, floor map[string]int64, now time.Time) 
 		}
 	}
 	for k, ow := range d.owed {
-		if now.Sub(ow.since) >= OwedExpiry {
+		if now.Sub(ow.since) >= d.expiry {
 			delete(d.owed, k)
 		}
 	}

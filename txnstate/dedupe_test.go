@@ -174,3 +174,23 @@ func TestPositionsEncoding(t *testing.T) {
 		}
 	}
 }
+
+// Renew restarts the expiry at the nack: positions owed since an abort that
+// took longer than OwedExpiry to nack still hold their key's later batches.
+func TestDedupeRenewAtNack(t *testing.T) {
+	start := time.Unix(1000, 0)
+	d := NewDedupeState(0)
+	d.Load(map[string]int64{"a": 5})
+	ep := kps("a", 6, 7)
+	drop, _ := d.Plan(ep, start)
+	d.Admit(ep, drop)
+	d.Abort(ep, start)
+	nack := start.Add(OwedExpiry + time.Minute) // the abort waited for the cache
+	d.Renew(ep, nack)
+	if _, err := d.Plan(kps("a", 8), nack.Add(time.Second)); !errors.Is(err, ErrAwaitingReplay) {
+		t.Fatalf("after the nack: %v, want ErrAwaitingReplay", err)
+	}
+	if _, err := d.Plan(kps("a", 8), nack.Add(OwedExpiry)); err != nil {
+		t.Fatalf("OwedExpiry after the nack: %v, want the owed positions forgotten", err)
+	}
+}
