@@ -46,6 +46,7 @@ type config struct {
 	startOffsets map[tp]int64
 	startMillis  int64
 	reset        string
+	resetSet     bool // reset_offset was written (else its default applies)
 
 	stop           string
 	stopOffsets    map[tp]int64
@@ -66,6 +67,15 @@ type config struct {
 	unknownTopicGrace   time.Duration
 	idleProbeInterval   time.Duration
 	progressLogInterval time.Duration
+}
+
+// defaultReset is reset_offset when it is not written: none for a committed
+// start, earliest otherwise.
+func (c *config) defaultReset() string {
+	if c.start == offsetCommitted {
+		return offsetNone
+	}
+	return offsetEarliest
 }
 
 // bounded reports whether the read has stop offsets and ends.
@@ -197,8 +207,17 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 		return nil, err
 	}
 	c.startMillis = int64(ms)
-	if c.reset, err = conf.FieldString(knFieldResetOffset); err != nil {
-		return nil, err
+	// reset_offset has no fixed default: none for a committed start (a
+	// missing or out-of-range committed offset fails, as Flink's
+	// committedOffsets() and Redpanda Connect's committed start do, rather
+	// than re-reading a whole topic for a mistyped group), earliest
+	// otherwise.
+	if c.resetSet = conf.Contains(knFieldResetOffset); c.resetSet {
+		if c.reset, err = conf.FieldString(knFieldResetOffset); err != nil {
+			return nil, err
+		}
+	} else {
+		c.reset = c.defaultReset()
 	}
 	if c.stop, err = conf.FieldString(knFieldStopOffset); err != nil {
 		return nil, err

@@ -36,9 +36,15 @@ type OffsetResetError struct {
 	TP     tp
 	Start  string
 	Reason string
+	// Implicit: reset_offset was not written (none is the default of a
+	// committed start).
+	Implicit bool
 }
 
 func (e *OffsetResetError) Error() string {
+	if e.Implicit {
+		return fmt.Sprintf("partition %s: start_offset %s: %s, and reset_offset is not set (with start_offset committed that means none: set reset_offset earliest or latest to start such partitions there)", e.TP, e.Start, e.Reason)
+	}
 	return fmt.Sprintf("partition %s: start_offset %s: %s, and reset_offset is none", e.TP, e.Start, e.Reason)
 }
 

@@ -128,6 +128,7 @@ func (g *groupMember) adjust(ctx context.Context, offsets map[string]map[int32]k
 				}
 				out[pp.Topic][pp.Partition] = kgo.NewOffset().At(pp.start)
 				g.log.Debugf("Partition %s: start %d (log start %d, end %d, committed %d)", pp.tp, pp.start, pp.logStart, pp.end, pp.committed)
+				pp.logFallback(g.log, g.cfg)
 			}
 			g.tr.add(plans, time.Now())
 			// Before the first fetch of the assigned partitions.

@@ -53,6 +53,7 @@ topics: [ %s ]
 consumer_group: %s
 group_membership: true
 start_offset: committed
+reset_offset: earliest
 max_batch_records: 5
 commit_period: 50ms
 `, topic, group)
@@ -111,6 +112,7 @@ topics: [ %s ]
 consumer_group: %s
 group_membership: true
 start_offset: committed
+reset_offset: earliest
 max_batch_records: 100
 `, topic, group)
 	h1 := e.newInput(t, conf)
@@ -144,6 +146,7 @@ topics: [ %s ]
 consumer_group: %s
 group_membership: true
 start_offset: committed
+reset_offset: earliest
 max_batch_records: 5
 commit_period: 20ms
 revoke_ack_timeout: 300ms
@@ -203,6 +206,7 @@ topics: [ %s ]
 consumer_group: %s
 group_membership: true
 start_offset: committed
+reset_offset: earliest
 session_timeout: 2s
 heartbeat_interval: 500ms
 `, topic, uniq(t, "g")))
@@ -231,6 +235,7 @@ input:
     consumer_group: %s
     group_membership: true
     start_offset: committed
+    reset_offset: earliest
     session_timeout: 6s
     heartbeat_interval: 1s
 output:

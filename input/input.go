@@ -167,6 +167,7 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 	consume := map[string]map[int32]kgo.Offset{}
 	for _, pp := range plans {
 		in.log.Debugf("Partition %s: start %d, stop %d (log start %d, end %d, committed %d)", pp.tp, pp.start, pp.stop, pp.logStart, pp.end, pp.committed)
+		pp.logFallback(in.log, cfg)
 		if pp.stop != noStop && pp.start >= pp.stop {
 			continue // finished before any fetch
 		}

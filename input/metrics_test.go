@@ -173,6 +173,7 @@ kafka_native:
   consumer_group: %s
   group_membership: true
   start_offset: committed
+  reset_offset: earliest
   commit_period: 20ms
   max_batch_records: 1
   max_buffered_bytes_per_partition: 1
@@ -248,4 +249,30 @@ kafka_native:
 			t.Fatal("a stream did not stop")
 		}
 	}
+}
+
+// Every start that falls back to reset_offset is logged, per partition, with
+// the reason and where the partition starts.
+func TestStartFallbackLogged(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 2)
+	e.produce(t, topic, 0, vals("a", 3)...)
+	e.produce(t, topic, 1, vals("b", 2)...)
+	group := uniq(t, "g")
+	e.commit(t, group, topic, 1, 100)
+	s, _, logs := captureStream(t, fmt.Sprintf(`
+kafka_native:
+  seed_brokers: [ %s ]
+  topics: [ %s ]
+  consumer_group: %s
+  start_offset: committed
+  reset_offset: earliest
+  stop_offset: latest
+`, strings.Join(e.brokers, ","), topic, group), func(context.Context, service.MessageBatch) error { return nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, s.Run(ctx))
+	out := logs.String()
+	assert.Contains(t, out, fmt.Sprintf("Partition %s:0: start_offset committed: no committed offset; starting at 0 (reset_offset earliest)", topic))
+	assert.Contains(t, out, fmt.Sprintf("Partition %s:1: start_offset committed: offset 100 is outside the log [0, 2]; starting at 0 (reset_offset earliest)", topic))
 }

@@ -28,6 +28,16 @@ type partPlan struct {
 	hwm       int64
 	committed int64 // the group's committed offset at start, -1 if none
 	leader    int32
+	// fallback says why the start followed reset_offset ("" if it did
+	// not): logged per partition.
+	fallback string
+}
+
+// logFallback logs, at info level, a start that followed reset_offset.
+func (pp *partPlan) logFallback(log *service.Logger, c *config) {
+	if pp.fallback != "" {
+		log.Infof("Partition %s: start_offset %s: %s; starting at %d (%s %s)", pp.tp, c.start, pp.fallback, pp.start, knFieldResetOffset, c.reset)
+	}
 }
 
 // listing is what the admin API returned for the topics read.
@@ -339,11 +349,17 @@ func (c *config) resolveStart(pp *partPlan, startTS kadm.ListedOffsets) error {
 	case offsetCommitted:
 		want, reason = pp.committed, "no committed offset"
 	case offsetSpecific:
-		o, ok := c.startOffsets[pp.tp]
-		if ok {
+		// A partition missing from start_offsets starts at the group's
+		// committed offset, then follows reset_offset (as Flink's
+		// specific-offsets initializer does).
+		if o, ok := c.startOffsets[pp.tp]; ok {
 			want = o
+		} else {
+			want, reason = pp.committed, "no offset in "+knFieldStartOffsets
+			if c.group != "" {
+				reason += " and no committed offset"
+			}
 		}
-		reason = "no offset in " + knFieldStartOffsets
 	}
 	if want >= 0 {
 		if want >= pp.logStart && want <= pp.hwm {
@@ -358,8 +374,9 @@ func (c *config) resolveStart(pp *partPlan, startTS kadm.ListedOffsets) error {
 	case offsetLatest:
 		pp.start = pp.end
 	default:
-		return &OffsetResetError{TP: pp.tp, Start: c.start, Reason: reason}
+		return &OffsetResetError{TP: pp.tp, Start: c.start, Reason: reason, Implicit: !c.resetSet}
 	}
+	pp.fallback = reason
 	return nil
 }
 

@@ -42,6 +42,7 @@ var scenarios = []struct {
 	{"TombstonesFail", scenarioTombstonesFail},
 	{"HeadersNeverOverwriteMetadata", scenarioHeadersNeverOverwriteMetadata},
 	{"CommittedStartResets", scenarioCommittedStartResets},
+	{"SpecificStartFallsBackToCommitted", scenarioSpecificStartFallsBackToCommitted},
 	{"NackedBatchReplayedNeverCommittedPast", scenarioNackReplay},
 	{"UnboundedMultiPartition", scenarioUnboundedMultiPartition},
 	{"UnboundedDataLoss", scenarioUnboundedDataLoss},
@@ -485,11 +486,14 @@ func scenarioCommittedStartResets(t *testing.T, e *env) {
 	topic := e.topic(t, 1)
 	e.produce(t, topic, 0, vals("a", 5)...)
 	run := func(t *testing.T, group, reset string) ([]string, error) {
+		if reset != "" {
+			reset = "reset_offset: " + reset
+		}
 		h := e.newInput(t, fmt.Sprintf(`
 topics: [ %s ]
 consumer_group: %s
 start_offset: committed
-reset_offset: %s
+%s
 stop_offset: latest
 `, topic, group, reset))
 		if err := h.connect(); err != nil {
@@ -533,7 +537,42 @@ stop_offset: latest
 			require.ErrorAs(t, err, &re)
 			assert.Contains(t, err.Error(), topic+":0")
 		})
+		// No reset_offset written: a committed start behaves as none
+		// (Flink's committedOffsets(), Redpanda Connect's committed
+		// start), never as a silent re-read of the whole topic.
+		t.Run(name+"/default", func(t *testing.T) {
+			_, err := run(t, prep(t), "")
+			var re *OffsetResetError
+			require.ErrorAs(t, err, &re)
+			assert.Contains(t, err.Error(), topic+":0")
+			assert.Contains(t, err.Error(), "reset_offset")
+		})
 	}
+}
+
+// start_offset specific with a partition missing from start_offsets: the
+// group's committed offset, then reset_offset (Flink's specific-offsets
+// initializer does the same).
+func scenarioSpecificStartFallsBackToCommitted(t *testing.T, e *env) {
+	topic := e.topic(t, 3)
+	for p := range int32(3) {
+		e.produce(t, topic, p, vals(fmt.Sprintf("p%d-", p), 4)...)
+	}
+	group := uniq(t, "g")
+	e.commit(t, group, topic, 1, 2)
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %[1]s ]
+consumer_group: %[2]s
+start_offset: specific
+start_offsets: { "%[1]s:0": 3 }
+reset_offset: latest
+stop_offset: latest
+`, topic, group))
+	h.mustConnect()
+	bp := byPartition(h.readAll(readTimeout))
+	assert.Equal(t, []string{"p0-3"}, bp[0], "the given offset")
+	assert.Equal(t, []string{"p1-2", "p1-3"}, bp[1], "no given offset: the committed one")
+	assert.Empty(t, bp[2], "neither: reset_offset (latest)")
 }
 
 func scenarioNackReplay(t *testing.T, e *env) {
@@ -682,6 +721,7 @@ func scenarioRestore(t *testing.T, e *env) {
 topics: [ %s ]
 consumer_group: %s
 start_offset: committed
+reset_offset: earliest
 stop_offset: latest
 max_batch_records: 2
 commit_period: 20ms

@@ -86,7 +86,7 @@ const (
 const specLint = `
 let start = this.start_offset | "earliest"
 let stop = this.stop_offset | "none"
-let reset = this.reset_offset | "earliest"
+let reset = this.reset_offset | if $start == "committed" { "none" } else { "earliest" }
 let group = this.consumer_group | ""
 let member = this.group_membership | false
 # A value that is no duration parses as 0 here and is left to the field's own
@@ -124,7 +124,7 @@ By default partitions are assigned directly (no group membership): every partiti
 
 ### Start and stop
 
-Start offsets are resolved with the admin API before the first fetch, so the position is known before any record arrives. `+"`committed`"+` reads the group's offsets; a partition with no committed offset, or with one outside the log, follows `+"`reset_offset`"+` (`+"`none`"+` fails the stream with an error naming the partition).
+Start offsets are resolved with the admin API before the first fetch, so the position is known before any record arrives. `+"`committed`"+` reads the group's offsets; a partition with no committed offset, or with one outside the log, follows `+"`reset_offset`"+`, which is `+"`none`"+` unless set: the stream fails with an error naming the partition rather than silently re-reading the whole topic for a new or mistyped group. Set `+"`reset_offset: earliest`"+` to start a new group at the log start. Every partition that falls back to `+"`reset_offset`"+` is logged.
 
 With a `+"`stop_offset`"+` the input reads a bounded range: each partition's stop is captured once, before its first fetch, and only records below it are emitted. A partition is finished when its consumer position reaches the stop, which includes transaction markers and aborted records that produce no message. Once every partition is finished and every batch was acknowledged (and, with a group, the stops were committed), the input ends and the stream exits 0. Under `+"`read_committed`"+`, `+"`stop_offset: latest`"+` is the last stable offset (the end of the committed data); `+"`stop_at_high_watermark`"+` waits, up to `+"`high_watermark_wait_timeout`"+`, for open transactions to end and stops at the high watermark instead.
 
@@ -199,15 +199,15 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Description("Where to start reading each partition: `earliest` (the log start, the default), `latest` (the end of the log at start: the last stable offset under read_committed, the high watermark otherwise), `committed` (the group's committed offset; needs `consumer_group`), `timestamp` (the first offset whose timestamp is at or after `start_timestamp_ms`, the end of the log when there is none) or `specific` (the offsets in `start_offsets`).").
 				Default(offsetEarliest),
 			service.NewIntMapField(knFieldStartOffsets).
-				Description("Start offsets per partition for `start_offset: specific`, keyed `topic:partition`. A partition without an entry, or whose offset lies outside the log, follows `reset_offset`.").
+				Description("Start offsets per partition for `start_offset: specific`, keyed `topic:partition`. A partition without an entry starts at the committed offset of `consumer_group` (when set and the group has one in the log), as Flink does; a partition with neither, or whose offset lies outside the log, follows `reset_offset`.").
 				Example(map[string]any{"orders:0": 1200, "orders:1": 1180}).
 				Optional(),
 			service.NewIntField(knFieldStartTimestamp).
 				Description("Unix milliseconds for `start_offset: timestamp`.").
 				Default(-1),
 			service.NewStringEnumField(knFieldResetOffset, offsetEarliest, offsetLatest, offsetNone).
-				Description("What a `committed` or `specific` start does for a partition with no committed (or given) offset, or with one outside the log: `earliest` (the default), `latest`, or `none`, which fails the stream with an error naming the partition. Under `none`, data loss found while reading (the log start moved past the position) is fatal too; otherwise it is logged and counted.").
-				Default(offsetEarliest),
+				Description("What a `committed` or `specific` start does for a partition with no committed (or given) offset, or with one outside the log: `earliest` (start at the log start), `latest` (at the end), or `none`, which fails the stream with an error naming the partition. Not set, it is `none` with `start_offset: committed` (as Flink's committed-offsets initializer and Redpanda Connect's `committed` start: a new or mistyped group fails instead of re-reading the whole topic; set `earliest` to start a new group at the log start) and `earliest` otherwise. Every partition that falls back is logged with the reason and its start. Under `none`, data loss found while reading (the log start moved past the position) is fatal too; otherwise it is logged and counted.").
+				Optional(),
 			service.NewStringEnumField(knFieldStopOffset, offsetNone, offsetLatest, offsetTimestamp, offsetSpecific).
 				Description("Where to stop: `none` (the default) reads forever; `latest` stops at the end of each partition as listed before its first fetch (the last stable offset under read_committed, see `stop_at_high_watermark`); `timestamp` stops at the first offset whose timestamp is at or after `stop_timestamp_ms` (the end of the log listed at start when there is none); `specific` stops at the offsets in `stop_offsets`. The stop itself is not read. With a stop the input ends once every partition reached it and every batch was acknowledged.").
 				Default(offsetNone),

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/connect-eos/connect-eos/internal/fatal"
+
 	"github.com/connect-eos/connect-eos/internal/docgen"
 )
 
@@ -26,6 +28,8 @@ func TestSpecLintRules(t *testing.T) {
 		{"committed without group", "topics: [ a ]\nstart_offset: committed", "start_offset committed needs a consumer_group"},
 		{"committed with group", "topics: [ a ]\nstart_offset: committed\nconsumer_group: g\nreset_offset: none", ""},
 		{"reset none with earliest", "topics: [ a ]\nreset_offset: none", "reset_offset none applies only"},
+		{"committed without reset", "topics: [ a ]\nstart_offset: committed\nconsumer_group: g", ""},
+		{"reset none with timestamp", "topics: [ a ]\nstart_offset: timestamp\nstart_timestamp_ms: 1\nreset_offset: none", "reset_offset none applies only"},
 		{"specific without offsets", "topics: [ a ]\nstart_offset: specific", "start_offset specific needs start_offsets"},
 		{"stop specific without offsets", "topics: [ a ]\nstop_offset: specific", "stop_offset specific needs stop_offsets"},
 		{"start timestamp without ms", "topics: [ a ]\nstart_offset: timestamp", "start_offset timestamp needs start_timestamp_ms"},
@@ -214,4 +218,69 @@ func TestSpecRendersDocs(t *testing.T) {
 	for _, want := range []string{"stop_offset", "group_membership", "kafka_tombstone_message", "seed_brokers", "Bounded copy of a topic"} {
 		assert.Contains(t, string(md), want)
 	}
+}
+
+// The group example runs on a new group: with start_offset committed and no
+// committed offset, its reset_offset (earliest) starts every partition at
+// the log start (without it the committed start fails, by design).
+func TestExampleGroupRunsOnNewGroup(t *testing.T) {
+	e := newKfakeEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := e.adm.CreateTopic(ctx, 2, 1, nil, "orders")
+	require.NoError(t, err)
+	require.NoError(t, resp.Err)
+	e.produce(t, "orders", 0, vals("a", 3)...)
+	e.produce(t, "orders", 1, vals("b", 2)...)
+	raw, err := os.ReadFile("../config/examples/kafka_native_group.yaml")
+	require.NoError(t, err)
+	conf := string(raw)
+	in := conf[strings.Index(conf, "input:\n")+len("input:\n") : strings.Index(conf, "\noutput:")]
+	in = strings.ReplaceAll(in, "\n  ", "\n")
+	in = strings.TrimPrefix(in, "  ")
+	t.Setenv("KAFKA_BROKERS", strings.Join(e.brokers, ","))
+
+	raised := make(chan error, 1)
+	t.Cleanup(fatal.SetHandler(func(err error) {
+		select {
+		case raised <- err:
+		default:
+		}
+	}))
+	b := service.NewStreamBuilder()
+	require.NoError(t, b.SetLoggerYAML("level: warn"))
+	require.NoError(t, b.AddInputYAML(in))
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	require.NoError(t, b.AddBatchConsumerFunc(func(_ context.Context, mb service.MessageBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range mb {
+			v, _ := m.AsBytes()
+			got = append(got, string(v))
+		}
+		return nil
+	}))
+	s, err := b.Build()
+	require.NoError(t, err)
+	go func() { _ = s.Run(ctx) }()
+	t.Cleanup(func() { _ = s.StopWithin(5 * time.Second) })
+	waitFor(t, 20*time.Second, func() string {
+		select {
+		case err := <-raised:
+			t.Fatalf("fatal: %v", err)
+		default:
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) < 5 {
+			return fmt.Sprintf("read %v", got)
+		}
+		return ""
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	assert.ElementsMatch(t, append(strs(vals("a", 3)), strs(vals("b", 2))...), got)
 }
