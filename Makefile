@@ -1,7 +1,7 @@
 # The two commands of the README:
 #   make quickstart  runs the exactly-once copy on an embedded broker
 #   make test        runs every test against real Apache Kafka (it starts it)
-.PHONY: quickstart test unit build lint docs bench
+.PHONY: quickstart test unit build lint docs bench simulate
 
 build:
 	go build -buildvcs=auto -o bin/connect-eos ./cmd/connect-eos
@@ -30,3 +30,15 @@ docs:
 # Flags: make bench BENCH_FLAGS='-records 100000 -runs 1'
 bench:
 	go run ./integration/bench -out docs/benchmarks.md $(BENCH_FLAGS)
+
+# The seeded fault-injection simulation (integration/sim, docs/testing.md):
+#   make simulate                 the fixed seeds (those `make test` runs)
+#   make simulate SEEDS=500       500 random seeds: a summary line each, then a total
+#   make simulate SEED=123        replay one seed, narrated, its logs kept
+# PARALLEL (runs at once, 2), RACE (-race; RACE= to leave it out), and the
+# SIM_* variables of integration/sim/sim_test.go (SIM_KEEP, SIM_DIR, ...).
+PARALLEL ?= 2
+RACE ?= -race
+simulate:
+	SIM_SEEDS=$(SEEDS) SIM_SEED=$(SEED) SIM_PARALLEL=$(PARALLEL) \
+	  go test $(RACE) -count=1 -timeout 0 -run '^TestSimulate$$' -v ./integration/sim

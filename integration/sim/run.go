@@ -1,0 +1,671 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// Options are how a run is executed (never what it does: that is the seed's).
+type Options struct {
+	// Bin is the executable started as an instance with ChildEnv set: the
+	// test binary (os.Args[0]), whose TestMain calls ChildMain.
+	Bin string
+	// Dir receives the instances' logs.
+	Dir string
+	// Timeout bounds the run: a run still going then is a hang.
+	Timeout time.Duration
+	// Override changes the drawn plan (see Override), for triage only.
+	Override string
+	// Logf, if set, narrates the run.
+	Logf func(format string, args ...any)
+}
+
+// Result is what a run found.
+type Result struct {
+	Seed     uint64
+	Plan     Plan
+	Failures []string
+	Elapsed  time.Duration
+	Stats    Stats
+}
+
+// Stats count what happened in a run, for the summary line.
+type Stats struct {
+	Starts, Crashes, Terms, Zombies, FatalExits int
+	EventsFired                                 int
+	FaultHits                                   int
+	CacheFaults                                 int
+	Out, Dups, Missing, DLQ                     int
+	// KfakeUnknown counts restarts stopped by an in-doubt epoch that
+	// kfake's transaction states cannot identify (see reap).
+	KfakeUnknown int
+}
+
+// OK reports whether the run found nothing wrong.
+func (r Result) OK() bool { return len(r.Failures) == 0 }
+
+// Summary is the run on one line.
+func (r Result) Summary() string {
+	verdict := "ok"
+	if !r.OK() {
+		verdict = "FAIL"
+	}
+	s := r.Stats
+	return fmt.Sprintf("sim: seed=%d %s elapsed=%.1fs starts=%d crashes=%d terms=%d zombies=%d fatal_exits=%d kfake_unknown=%d events=%d/%d fault_hits=%d cache_faults=%d out=%d dups=%d missing=%d dlq=%d | %s",
+		r.Seed, verdict, r.Elapsed.Seconds(), s.Starts, s.Crashes, s.Terms, s.Zombies, s.FatalExits, s.KfakeUnknown, s.EventsFired, len(r.Plan.Events),
+		s.FaultHits, s.CacheFaults, s.Out, s.Dups, s.Missing, s.DLQ, r.Plan)
+}
+
+// runner is the state of one run.
+type runner struct {
+	p    Plan
+	o    Options
+	res  *Result
+	c    *kfake.Cluster
+	inj  *injector
+	st   *store
+	adm  *kgo.Client // the harness's client: fill, offsets, check
+	addr string
+
+	ends      map[int32]int64 // input end offsets (Kafka-to-Kafka)
+	committed map[int32]int64 // the group's committed offsets as last polled
+
+	live   map[int]*instance // the current instance of each member
+	extra  []*instance       // frozen or woken zombies, still to exit
+	done   map[int]bool      // members whose bounded run ended
+	incarn map[int]int
+	timers []timed
+	all    []*instance
+
+	unexpected  int // unexpected exits, bounded restarts
+	stoppingNow bool
+	fatalSince  time.Time
+}
+
+type timed struct {
+	at time.Time
+	fn func()
+}
+
+func (r *runner) logf(format string, args ...any) {
+	if r.o.Logf != nil {
+		r.o.Logf(format, args...)
+	}
+}
+
+func (r *runner) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.res.Failures = append(r.res.Failures, msg)
+	r.logf("FAIL: %s", msg)
+}
+
+// Run executes the run of seed and checks its invariants.
+func Run(seed uint64, o Options) Result {
+	start := time.Now()
+	plan, err := Override(Draw(seed), o.Override)
+	res := Result{Seed: seed, Plan: plan}
+	r := &runner{p: res.Plan, o: o, res: &res, live: map[int]*instance{}, done: map[int]bool{}, incarn: map[int]int{}, committed: map[int32]int64{}}
+	defer r.cleanup()
+	if err != nil {
+		r.fail("%v", err)
+		return res
+	}
+	if err := r.setup(); err != nil {
+		r.fail("setup: %v", err)
+		res.Elapsed = time.Since(start)
+		return res
+	}
+	r.loop(start.Add(o.Timeout))
+	r.inj.arm(false)
+	r.stopAll()
+	r.check()
+	r.inj.mu.Lock()
+	for _, h := range r.inj.hits {
+		res.Stats.FaultHits += h
+	}
+	r.inj.mu.Unlock()
+	r.st.mu.Lock()
+	res.Stats.CacheFaults = r.st.cacheFails + r.st.cacheSlows
+	r.st.mu.Unlock()
+	res.Elapsed = time.Since(start)
+	return res
+}
+
+func (r *runner) cleanup() {
+	for _, in := range r.all {
+		if !in.exited() {
+			in.signal(syscall.SIGCONT)
+			in.kill()
+		}
+	}
+	if r.adm != nil {
+		r.adm.Close()
+	}
+	if r.st != nil {
+		r.st.close()
+	}
+	if r.c != nil {
+		r.c.Close()
+	}
+}
+
+func (r *runner) setup() error {
+	p := r.p
+	r.inj = newInjector(p.Faults)
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.SeedTopics(p.InPartitions, inTopic),
+		kfake.SeedTopics(p.OutPartitions, outTopic),
+		kfake.ListenFn(r.inj.listen),
+		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
+	}
+	if p.TV == 0 {
+		opts = append(opts, kfake.MaxVersions(kversion.V3_9_0()))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return err
+	}
+	r.c = c
+	r.inj.install(c)
+	r.addr = c.ListenAddrs()[0]
+	// The harness's own client asks for offsets with OffsetFetch v7 (one
+	// group, topics listed), sent straight to the seed broker.
+	vs := kversion.Stable()
+	vs.SetMaxKeyVersion(int16(kmsg.OffsetFetch), 7)
+	if p.TV == 0 {
+		vs = kversion.V3_9_0()
+		vs.SetMaxKeyVersion(int16(kmsg.OffsetFetch), 7)
+	}
+	if r.adm, err = kgo.NewClient(kgo.SeedBrokers(r.addr), kgo.MaxVersions(vs)); err != nil {
+		return err
+	}
+	if p.Mode.k2k() {
+		if err := r.fill(); err != nil {
+			return fmt.Errorf("filling the input: %w", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ends, err := kadm.NewClient(r.adm).ListEndOffsets(ctx, inTopic)
+		if err != nil {
+			return err
+		}
+		r.ends = map[int32]int64{}
+		ends.Each(func(o kadm.ListedOffset) { r.ends[o.Partition] = o.Offset })
+		if _, err := r.pollOffsets(); err != nil {
+			return fmt.Errorf("offsets: %w", err)
+		}
+	}
+	if r.st, err = newStore(p.CacheFaults); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(r.o.Dir, 0o755); err != nil {
+		return err
+	}
+	r.inj.arm(true)
+	members := 1
+	if p.Mode == ModeMembers {
+		members = 2
+	}
+	for m := range members {
+		if err := r.startMember(m, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fill writes the input topic: the plan's records in transactions of 50,
+// with AbortedTxns aborted transactions of "x<j>" records in between.
+func (r *runner) fill() error {
+	p := r.p
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.addr), kgo.TransactionalID("sim-filler"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchMaxBytes(4*MaxMessageBytes))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	txn := func(recs []*kgo.Record, commit bool) error {
+		if err := cl.BeginTransaction(); err != nil {
+			return err
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return err
+		}
+		return cl.EndTransaction(ctx, kgo.TransactionEndTry(commit))
+	}
+	const chunk = 50
+	chunks := (p.Records + chunk - 1) / chunk
+	abortAfter := map[int]int{}
+	for j := range p.AbortedTxns {
+		abortAfter[(j+1)*chunks/(p.AbortedTxns+1)]++
+	}
+	xj := 0
+	for k := range chunks {
+		var recs []*kgo.Record
+		for i := k * chunk; i < min((k+1)*chunk, p.Records); i++ {
+			recs = append(recs, &kgo.Record{Topic: inTopic, Partition: recordPartition(p, i), Key: []byte(recordKey(p, i)), Value: recordValue(p, i)})
+		}
+		if err := txn(recs, true); err != nil {
+			return err
+		}
+		for range abortAfter[k] {
+			var xs []*kgo.Record
+			for q := range p.InPartitions {
+				for range 3 {
+					xs = append(xs, &kgo.Record{Topic: inTopic, Partition: q, Key: []byte("x"), Value: fmt.Appendf(nil, "x%d:aborted", xj)})
+					xj++
+				}
+			}
+			if err := txn(xs, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pollOffsets reads the group's committed offsets (read_uncommitted: what
+// is committed now, pending transactional commits excluded) and checks that
+// none moved backwards.
+func (r *runner) pollOffsets() (map[int32]int64, error) {
+	parts := make([]int32, r.p.InPartitions)
+	for i := range parts {
+		parts[i] = int32(i)
+	}
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	in := kmsg.NewOffsetFetchRequestTopic()
+	in.Topic, in.Partitions = inTopic, parts
+	mark := kmsg.NewOffsetFetchRequestTopic()
+	mark.Topic, mark.Partitions = harnessMarker, []int32{0}
+	req.Topics = []kmsg.OffsetFetchRequestTopic{in, mark}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	kresp, err := r.adm.SeedBrokers()[0].Request(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	resp := kresp.(*kmsg.OffsetFetchResponse)
+	if resp.ErrorCode == kerr.GroupIDNotFound.Code {
+		return map[int32]int64{}, nil
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	for _, t := range resp.Topics {
+		if t.Topic != inTopic {
+			continue
+		}
+		for _, pt := range t.Partitions {
+			if pt.ErrorCode != 0 || pt.Offset < 0 {
+				continue
+			}
+			out[pt.Partition] = pt.Offset
+			if prev, ok := r.committed[pt.Partition]; ok && pt.Offset < prev {
+				r.fail("the committed offset of %s/%d moved backwards from %d to %d", inTopic, pt.Partition, prev, pt.Offset)
+			}
+			r.committed[pt.Partition] = pt.Offset
+		}
+	}
+	return out, nil
+}
+
+// progress is the share of the input acknowledged so far: the group's
+// committed offsets against the input's ends, or the records acknowledged to
+// sim_source.
+func (r *runner) progress() float64 {
+	if !r.p.Mode.k2k() {
+		return float64(r.st.ackedCount()) / float64(r.p.Records)
+	}
+	var got, want int64
+	for p, end := range r.ends {
+		want += end
+		got += r.committed[p]
+	}
+	if want == 0 {
+		return 1
+	}
+	return float64(got) / float64(want)
+}
+
+func (r *runner) lag0() bool {
+	for p, end := range r.ends {
+		if r.committed[p] != end {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *runner) startMember(m int, suffix string) error {
+	name := fmt.Sprintf("m%d", m)
+	if k := r.incarn[m]; k > 0 {
+		name += fmt.Sprintf(".%d", k)
+	}
+	r.incarn[m]++
+	name += suffix
+	in, err := startInstance(r.o, r.p, r.addr, r.st.addr(), name, m)
+	if err != nil {
+		return err
+	}
+	r.res.Stats.Starts++
+	r.all = append(r.all, in)
+	r.live[m] = in
+	r.logf("started %s", in)
+	return nil
+}
+
+func (r *runner) restart(m int) {
+	if err := r.startMember(m, ""); err != nil {
+		r.fail("restart of member %d: %v", m, err)
+	}
+}
+
+// loop drives the run until it ends or the deadline passes.
+func (r *runner) loop(deadline time.Time) {
+	next := 0
+	for {
+		if time.Now().After(deadline) {
+			var running []string
+			for _, in := range r.all {
+				if !in.exited() {
+					running = append(running, in.name)
+				}
+			}
+			r.fail("hang: the run did not end within %s (progress %.2f, running %v)", r.o.Timeout, r.progress(), running)
+			return
+		}
+		if r.p.Mode.k2k() {
+			_, _ = r.pollOffsets()
+		}
+		now := time.Now()
+		kept := r.timers[:0]
+		var due []timed
+		for _, t := range r.timers {
+			if now.After(t.at) {
+				due = append(due, t)
+			} else {
+				kept = append(kept, t)
+			}
+		}
+		r.timers = kept
+		for _, t := range due {
+			t.fn()
+		}
+		r.reap()
+		if len(r.res.Failures) > 0 && r.unexpected > 3 {
+			return
+		}
+		r.checkFatalBound()
+		if next < len(r.p.Events) && r.progress() >= r.p.Events[next].At && r.targetReady(r.p.Events[next]) {
+			r.fire(r.p.Events[next])
+			next++
+			r.res.Stats.EventsFired++
+		}
+		if r.finished() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reap handles the instances that exited.
+func (r *runner) reap() {
+	for m, in := range r.live {
+		if in == nil || !in.exited() {
+			continue
+		}
+		r.live[m] = nil
+		code := in.exitCode()
+		r.logf("%s exited %d", in.name, code)
+		switch code {
+		case 0:
+			if r.p.Mode == ModeMembers && !r.stopping() {
+				r.unexpectedExit(m, in, "exited 0 on its own, reading an unbounded input")
+				continue
+			}
+			r.done[m] = true
+		case ExitFatal:
+			r.res.Stats.FatalExits++
+			msg := in.fatalLine()
+			if f, ok := r.activeFatal(); ok {
+				if !strings.Contains(msg, codeName(f.Code)) {
+					r.fail("%s stopped on a fatal error that does not name the injected %s: %q", in.name, codeName(f.Code), msg)
+				}
+				r.inj.liftFatal()
+				r.fatalSince = time.Time{}
+				r.restart(m)
+				continue
+			}
+			if kfakeUnknown(msg) {
+				// kfake's DescribeTransactions knows only Ongoing
+				// and Empty: an epoch committed before a crash is
+				// identified by the Fetch probe alone, which cannot
+				// see past the crashed instance's other open
+				// transactions until the transaction timeout aborts
+				// them. Apache Kafka answers CompleteCommit there.
+				// The operator's move: start again later.
+				r.res.Stats.KfakeUnknown++
+				r.logf("%s: in doubt, unknown on kfake (a kfake limitation); restarting", in.name)
+				r.restart(m)
+				continue
+			}
+			r.unexpectedExit(m, in, fmt.Sprintf("stopped on a fatal error with no fatal fault injected: %q", msg))
+		default:
+			r.unexpectedExit(m, in, fmt.Sprintf("exited %d:\n%s", code, in.lastLines(8)))
+		}
+	}
+	kept := r.extra[:0]
+	for _, in := range r.extra {
+		if !in.exited() {
+			kept = append(kept, in)
+			continue
+		}
+		code := in.exitCode()
+		r.logf("zombie %s exited %d (%s)", in.name, code, in.fatalLine())
+		if code == ExitFatal {
+			r.res.Stats.FatalExits++
+		}
+		if code != 0 && code != ExitFatal && code != -1 {
+			r.fail("zombie %s exited %d:\n%s", in.name, code, in.lastLines(8))
+		}
+	}
+	r.extra = kept
+}
+
+func (r *runner) unexpectedExit(m int, in *instance, what string) {
+	r.fail("%s %s", in.name, what)
+	r.unexpected++
+	if r.unexpected <= 3 && !r.stopping() {
+		r.restart(m)
+	}
+}
+
+// activeFatal is the fatal fault, if it hit a request and is still on.
+func (r *runner) activeFatal() (ReqFault, bool) {
+	if !r.inj.fatalSeen() {
+		return ReqFault{}, false
+	}
+	r.inj.mu.Lock()
+	off := r.inj.fatalOff
+	r.inj.mu.Unlock()
+	if off {
+		return ReqFault{}, false
+	}
+	for _, f := range r.p.Faults {
+		if f.Fatal {
+			return f, true
+		}
+	}
+	return ReqFault{}, false
+}
+
+// checkFatalBound fails the run when a fatal fault has hit for 20 s without
+// an instance stopping on it (retried forever), and lifts it.
+func (r *runner) checkFatalBound() {
+	f, ok := r.activeFatal()
+	if !ok {
+		return
+	}
+	if r.fatalSince.IsZero() {
+		r.fatalSince = time.Now()
+		return
+	}
+	if time.Since(r.fatalSince) > 20*time.Second {
+		r.fail("the fatal fault %s hit, and no instance stopped on it within 20s", f)
+		r.inj.liftFatal()
+	}
+}
+
+func (r *runner) stopping() bool { return r.stoppingNow }
+
+// finished reports whether the run is over: every member's bounded run
+// ended; in k2k-members, the group committed the input's ends, after which
+// the members are stopped.
+func (r *runner) finished() bool {
+	if len(r.timers) > 0 {
+		return false
+	}
+	if r.p.Mode == ModeMembers {
+		if !r.lag0() {
+			return false
+		}
+		return true
+	}
+	for m := range r.live {
+		if !r.done[m] {
+			return false
+		}
+	}
+	for _, in := range r.extra {
+		if !in.exited() {
+			return false
+		}
+	}
+	return true
+}
+
+// stopAll stops what still runs at the end: SIGTERM (members of an unbounded
+// run; they must stop within the shutdown timeout), then SIGKILL.
+func (r *runner) stopAll() {
+	r.stoppingNow = true
+	for _, in := range r.all {
+		if in.exited() {
+			continue
+		}
+		in.signal(syscall.SIGCONT)
+		in.signal(syscall.SIGTERM)
+	}
+	for _, in := range r.all {
+		if in.exited() {
+			continue
+		}
+		if !in.wait(shutdownTimeout + 10*time.Second) {
+			r.fail("%s did not stop within %s of a SIGTERM", in.name, shutdownTimeout+10*time.Second)
+			in.kill()
+		}
+	}
+	r.reap()
+}
+
+// targetReady reports whether the instance an event hits runs its stream
+// (or is gone, and the event will say so).
+func (r *runner) targetReady(e Event) bool {
+	in := r.live[e.Member]
+	return in == nil || in.exited() || r.st.isReady(in.name)
+}
+
+// fire executes a process event.
+func (r *runner) fire(e Event) {
+	m := e.Member
+	in := r.live[m]
+	if in == nil || in.exited() {
+		r.logf("event %s: member %d not running", e, m)
+		return
+	}
+	r.logf("event %s on %s (progress %.2f)", e, in.name, r.progress())
+	switch e.Kind {
+	case EvCrash:
+		in.kill()
+		r.live[m] = nil
+		r.res.Stats.Crashes++
+		r.restart(m)
+	case EvTerm:
+		in.signal(syscall.SIGTERM)
+		r.res.Stats.Terms++
+		d := shutdownTimeout + 10*time.Second
+		if !in.wait(d) {
+			r.fail("%s did not stop within %s of a SIGTERM", in.name, d)
+			in.kill()
+		}
+		r.live[m] = nil
+		code := in.exitCode()
+		r.logf("%s exited %d after SIGTERM", in.name, code)
+		if code == ExitFatal {
+			r.res.Stats.FatalExits++
+			if _, ok := r.activeFatal(); ok {
+				r.inj.liftFatal()
+			} else {
+				r.fail("%s exited %d after a SIGTERM (a graceful stop exits 0): %q", in.name, code, in.fatalLine())
+			}
+		} else if code != 0 {
+			r.fail("%s exited %d after a SIGTERM (a graceful stop exits 0):\n%s", in.name, code, in.lastLines(8))
+		}
+		r.restart(m)
+	case EvZombie:
+		in.signal(syscall.SIGSTOP)
+		r.res.Stats.Zombies++
+		r.live[m] = nil
+		r.extra = append(r.extra, in)
+		if err := r.startMember(m, "z"); err != nil {
+			r.fail("zombie rival: %v", err)
+			return
+		}
+		if e.CrashOther {
+			r.timers = append(r.timers, timed{time.Now().Add(e.Stall / 2), func() {
+				if b := r.live[m]; b != nil && !b.exited() {
+					r.logf("crash %s while %s is frozen", b.name, in.name)
+					b.kill()
+					r.live[m] = nil
+					r.res.Stats.Crashes++
+					r.restart(m)
+				}
+			}})
+		}
+		r.timers = append(r.timers, timed{time.Now().Add(e.Stall), func() {
+			r.logf("wake %s", in.name)
+			in.signal(syscall.SIGCONT)
+		}})
+	}
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[int32]V) []int32 {
+	ks := make([]int32, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+	return ks
+}
+
+// kfakeUnknown reports a fatal stop on an in-doubt epoch nothing identified.
+func kfakeUnknown(msg string) bool {
+	return strings.Contains(msg, "is in doubt: unknown: the broker and the probe identify nothing")
+}
