@@ -225,3 +225,41 @@ func TestDedupeOwedCountedFromNack(t *testing.T) {
 	got := counts(t, c.ListenAddrs())
 	wantExactly(t, got, "k", 1, 9)
 }
+
+// Dedupe: once the output stopped (here fenced by a second instance), a
+// batch is never acked: not even the replay of the stopped epoch's batch,
+// whose positions that epoch had admitted. On the original code the replay
+// found them admitted and was acked as a duplicate, never written (with an
+// input that deletes what is acked, a loss).
+func TestDedupeNoAckAfterStop(t *testing.T) {
+	for _, tv := range dedupeTVs {
+		t.Run(tv.name, func(t *testing.T) {
+			fc, restore := catchFatal()
+			defer restore()
+			c := newCluster(t, tv.opts...)
+			yaml := baseYAML(c.ListenAddrs(), "stopped", dedupeExtra)
+			a := newTestOutput(t, newResources(), yaml)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := a.WriteBatch(ctx, posBatch("k", 1, 3)); err != nil {
+				t.Fatal(err)
+			}
+			newTestOutput(t, newResources(), yaml) // fences every slot of a
+			var err error
+			for p := int64(4); err == nil && p < 20; p += 3 {
+				err = a.WriteBatch(ctx, posBatch("k", p, p+2))
+				if err != nil {
+					// Benthos redelivers the nacked batch (a
+					// drain): it must not be acked.
+					if rerr := a.WriteBatch(ctx, posBatch("k", p, p+2)); rerr == nil {
+						t.Fatalf("the replay of k@%d..%d was acked after the output stopped (%v)", p, p+2, err)
+					}
+				}
+			}
+			var fe *FencedError
+			if !errors.As(err, &fe) || fc.err() == nil {
+				t.Fatalf("%v, want a fence", err)
+			}
+		})
+	}
+}

@@ -251,6 +251,13 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		spans = spansOf(batch)
 	}
 	o.mu.Lock()
+	if o.stopErr != nil {
+		// Stopped: nothing is acked any more, not even a batch of
+		// replays (its positions may be a stopped epoch's).
+		err := o.stopErr
+		o.mu.Unlock()
+		return err
+	}
 	var drop []bool
 	if kps != nil {
 		// A batch of replays only is acknowledged without opening an
@@ -574,6 +581,18 @@ func (o *output) stopLocked(err error, raise bool) error {
 			o.open.timer.Stop()
 		}
 		o.open = nil
+	}
+	if o.dd != nil {
+		// The epochs released here never commit: their positions go
+		// back to the committed ones (an epoch past its EndTxn keeps
+		// them until the committer knows).
+		var kps []txnstate.KeyPos
+		for _, ep := range o.live {
+			if !ep.ending {
+				kps = append(kps, ep.keyPos()...)
+			}
+		}
+		o.dd.Abort(kps, time.Now())
 	}
 	for _, ep := range append([]*epoch(nil), o.live...) {
 		if ep.ending {
