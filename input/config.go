@@ -2,6 +2,7 @@ package input
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -251,6 +252,10 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 	if n, err = conf.FieldInt(knFieldMaxPartitionBytes); err != nil {
 		return nil, err
 	}
+	if n < 1 || n > math.MaxInt32 {
+		// The protocol field is an int32: a larger value would wrap.
+		return nil, fmt.Errorf("field %s: %d is out of range [1, %d]", knFieldMaxPartitionBytes, n, math.MaxInt32)
+	}
 	c.maxPartitionBytes = int32(n)
 	if n, err = conf.FieldInt(knFieldMaxBufferedBytes); err != nil {
 		return nil, err
@@ -291,8 +296,12 @@ func (c *config) validate() error {
 		return fmt.Errorf("field %s: timestamp needs %s", knFieldStopOffset, knFieldStopTimestamp)
 	case c.stopAtHWM && c.stop != offsetLatest:
 		return fmt.Errorf("field %s: applies only to %s latest", knFieldStopAtHWM, knFieldStopOffset)
-	case c.membership && (c.group == "" || c.stop != offsetNone || c.start != offsetCommitted):
-		return fmt.Errorf("field %s: needs a %s, %s none and %s committed", knFieldGroupMembership, knFieldConsumerGroup, knFieldStopOffset, knFieldStartOffset)
+	case c.membership && c.group == "":
+		return fmt.Errorf("field %s: needs a %s", knFieldGroupMembership, knFieldConsumerGroup)
+	case c.membership && c.stop != offsetNone:
+		return fmt.Errorf("field %s: needs %s none (a bounded read never uses membership), got %s", knFieldGroupMembership, knFieldStopOffset, c.stop)
+	case c.membership && c.start != offsetCommitted:
+		return fmt.Errorf("field %s: needs %s committed, got %s", knFieldGroupMembership, knFieldStartOffset, c.start)
 	case c.format == formatArrow && c.tombstones == tombstonesFail:
 		return fmt.Errorf("field %s: fail cannot apply to one record of an Arrow message (format arrow): use emit (null values are kept) or drop", knFieldTombstones)
 	case c.maxBatchRecords < 1:

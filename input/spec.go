@@ -103,7 +103,10 @@ root = match {
   $start == "timestamp" && (this.start_timestamp_ms | -1) < 0 => [ "start_offset timestamp needs start_timestamp_ms" ],
   $stop == "timestamp" && (this.stop_timestamp_ms | -1) < 0 => [ "stop_offset timestamp needs stop_timestamp_ms" ],
   (this.stop_at_high_watermark | false) && $stop != "latest" => [ "stop_at_high_watermark applies only to stop_offset latest" ],
-  (this.group_membership | false) && ($group == "" || $stop != "none" || $start != "committed") => [ "group_membership needs a consumer_group, stop_offset none and start_offset committed" ],
+  (this.group_membership | false) && $group == "" => [ "field group_membership: needs a consumer_group" ],
+  (this.group_membership | false) && $stop != "none" => [ "field group_membership: needs stop_offset none (a bounded read never uses membership), got %v".format($stop) ],
+  (this.group_membership | false) && $start != "committed" => [ "field group_membership: needs start_offset committed, got %v".format($start) ],
+  (this.fetch_max_partition_bytes | 1) < 1 || (this.fetch_max_partition_bytes | 1) > 2147483647 => [ "field fetch_max_partition_bytes: %v is out of range [1, 2147483647]".format(this.fetch_max_partition_bytes) ],
   (this.group_membership | false) && (this.topics | []).any(t -> t.contains(":")) => [ "group_membership reads whole topics: the group assigns the partitions" ],
   $member && $session > 0 && $heartbeat >= $session => [ "heartbeat_interval must be shorter than session_timeout (a third of it or less is usual): the coordinator drops a member whose heartbeats are further apart" ],
   $member && $rebalance > 0 && $revoke * 2 >= $rebalance => [ "revoke_ack_timeout must be less than half of rebalance_timeout: a revoke waits up to revoke_ack_timeout for acks and again for the output's epochs, and a member that takes longer than rebalance_timeout is dropped from the group" ],
@@ -192,10 +195,10 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Description("With `group_membership`, how often this member sends a heartbeat to the coordinator, which is also how soon it learns of a rebalance. Must be shorter than `session_timeout`; a third of it or less is usual. Default 3s, as the Java consumer and franz-go.").
 				Default("3s").
 				Advanced(),
-			service.NewStringEnumField(knFieldIsolationLevel, isolationReadCommitted, isolationReadUncommitted).
+			kafkaconf.EnumField(knFieldIsolationLevel, isolationReadCommitted, isolationReadUncommitted).
 				Description("`read_committed` (the default) emits only records of committed transactions and non-transactional records; `read_uncommitted` also emits records of open and aborted transactions.").
 				Default(isolationReadCommitted),
-			service.NewStringEnumField(knFieldStartOffset, offsetEarliest, offsetLatest, offsetCommitted, offsetTimestamp, offsetSpecific).
+			kafkaconf.EnumField(knFieldStartOffset, offsetEarliest, offsetLatest, offsetCommitted, offsetTimestamp, offsetSpecific).
 				Description("Where to start reading each partition: `earliest` (the log start, the default), `latest` (the end of the log at start: the last stable offset under read_committed, the high watermark otherwise), `committed` (the group's committed offset; needs `consumer_group`), `timestamp` (the first offset whose timestamp is at or after `start_timestamp_ms`, the end of the log when there is none) or `specific` (the offsets in `start_offsets`).").
 				Default(offsetEarliest),
 			service.NewIntMapField(knFieldStartOffsets).
@@ -205,10 +208,10 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 			service.NewIntField(knFieldStartTimestamp).
 				Description("Unix milliseconds for `start_offset: timestamp`.").
 				Default(-1),
-			service.NewStringEnumField(knFieldResetOffset, offsetEarliest, offsetLatest, offsetNone).
+			kafkaconf.EnumField(knFieldResetOffset, offsetEarliest, offsetLatest, offsetNone).
 				Description("What a `committed` or `specific` start does for a partition with no committed (or given) offset, or with one outside the log: `earliest` (start at the log start), `latest` (at the end), or `none`, which fails the stream with an error naming the partition. Not set, it is `none` with `start_offset: committed` (as Flink's committed-offsets initializer and Redpanda Connect's `committed` start: a new or mistyped group fails instead of re-reading the whole topic; set `earliest` to start a new group at the log start) and `earliest` otherwise. Every partition that falls back is logged with the reason and its start. Under `none`, data loss found while reading (the log start moved past the position) is fatal too; otherwise it is logged and counted.").
 				Optional(),
-			service.NewStringEnumField(knFieldStopOffset, offsetNone, offsetLatest, offsetTimestamp, offsetSpecific).
+			kafkaconf.EnumField(knFieldStopOffset, offsetNone, offsetLatest, offsetTimestamp, offsetSpecific).
 				Description("Where to stop: `none` (the default) reads forever; `latest` stops at the end of each partition as listed before its first fetch (the last stable offset under read_committed, see `stop_at_high_watermark`); `timestamp` stops at the first offset whose timestamp is at or after `stop_timestamp_ms` (the end of the log listed at start when there is none); `specific` stops at the offsets in `stop_offsets`. The stop itself is not read. With a stop the input ends once every partition reached it and every batch was acknowledged.").
 				Default(offsetNone),
 			service.NewIntMapField(knFieldStopOffsets).
@@ -226,10 +229,10 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Description("How long `stop_at_high_watermark` waits for open transactions below the high watermark to end. Default 1m; the broker aborts a transaction after its timeout (transaction.max.timeout.ms, 15m by default).").
 				Default("1m").
 				Advanced(),
-			service.NewStringEnumField(knFieldTombstones, tombstonesEmit, tombstonesDrop, tombstonesFail).
+			kafkaconf.EnumField(knFieldTombstones, tombstonesEmit, tombstonesDrop, tombstonesFail).
 				Description("What to do with a record with a null value (a tombstone): `emit` it as a message with an empty body and `kafka_tombstone_message: true` (the default), `drop` it, or `fail` it: emit it flagged with an error, so that a `catch` processor or a `switch` output on `errored()` can handle it. The offset advances past it in every case.").
 				Default(tombstonesEmit),
-			service.NewStringEnumField(knFieldFormat, formatMessage, formatArrow).
+			kafkaconf.EnumField(knFieldFormat, formatMessage, formatArrow).
 				Description("`message` (the default) emits one message per record. `arrow` emits one message per batch (the records of one fetch of one partition, cut at `max_batch_records` and `max_batch_bytes`) whose body is an Arrow IPC stream in the schema of the project's `arrow` package (one row per record: topic, partition, offset, timestamp, key, value, headers; null keys, tombstones and duplicate headers kept as they are), with the metadata `kafka_topic`, `kafka_partition`, `kafka_first_offset`, `kafka_last_offset` (the offsets of its first and last row) and `kafka_record_count`. A `kafka_eos` output writes the rows back as records. Offsets, acks, stops and the Kafka-to-Kafka hand-over work as in `message` mode: the message covers the whole offset range of its batch, markers and aborted records included. With `tombstones: emit` a tombstone is a row with a null value, with `drop` it is left out; `fail` is rejected (one row cannot fail alone).").
 				Default(formatMessage),
 			service.NewIntField(knFieldMaxBatchRecords).

@@ -35,7 +35,7 @@ func TestSpecLintRules(t *testing.T) {
 		{"start timestamp without ms", "topics: [ a ]\nstart_offset: timestamp", "start_offset timestamp needs start_timestamp_ms"},
 		{"stop timestamp without ms", "topics: [ a ]\nstop_offset: timestamp", "stop_offset timestamp needs stop_timestamp_ms"},
 		{"hwm without latest", "topics: [ a ]\nstop_at_high_watermark: true", "stop_at_high_watermark applies only"},
-		{"membership bounded", "topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true\nstop_offset: latest", "group_membership needs"},
+		{"membership bounded", "topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true\nstop_offset: latest", "field group_membership: needs stop_offset none"},
 		{"membership pinned", "topics: [ 'a:0' ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true", "group_membership reads whole topics"},
 		{"membership ok", "topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true", ""},
 		{"membership timeouts ok", "topics: [ a ]\nconsumer_group: g\nstart_offset: committed\ngroup_membership: true\nsession_timeout: 6s\nheartbeat_interval: 2s\nrebalance_timeout: 30s\nrevoke_ack_timeout: 14s", ""},

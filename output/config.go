@@ -127,7 +127,7 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	}
 	if c.maxMessageBytes < 512 || c.maxMessageBytes > math.MaxInt32 {
 		// franz-go refuses batches capped below 512 bytes.
-		return nil, fieldErr(keoFieldMaxMessageBytes, fmt.Errorf("%d out of range [512, %d]", c.maxMessageBytes, math.MaxInt32))
+		return nil, fieldErr(keoFieldMaxMessageBytes, fmt.Errorf("%d is out of range [512, %d]", c.maxMessageBytes, math.MaxInt32))
 	}
 	if c.transactionalID, err = conf.FieldString(keoFieldTransactionalID); err != nil {
 		return nil, fieldErr(keoFieldTransactionalID, err)
@@ -144,15 +144,29 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	if c.txnTimeout, err = conf.FieldDuration(keoFieldTxnTimeout); err != nil {
 		return nil, fieldErr(keoFieldTxnTimeout, err)
 	}
+	if c.txnTimeout <= 0 {
+		return nil, fieldErr(keoFieldTxnTimeout, fmt.Errorf("must be positive, got %v", c.txnTimeout))
+	}
 	if c.commitBudget, err = conf.FieldDuration(keoFieldCommitBudget); err != nil {
 		return nil, fieldErr(keoFieldCommitBudget, err)
+	}
+	if c.commitBudget <= 0 {
+		// A budget of zero would time out every commit at once, and an
+		// EndTxn that never got a chance reads as in doubt.
+		return nil, fieldErr(keoFieldCommitBudget, fmt.Errorf("must be positive (how long one epoch commit may take), got %v", c.commitBudget))
 	}
 	ep := conf.Namespace(keoFieldEpoch)
 	if c.epochMaxRecords, err = ep.FieldInt(keoFieldEpochMaxRecords); err != nil {
 		return nil, fieldErr("epoch."+keoFieldEpochMaxRecords, err)
 	}
+	if c.epochMaxRecords < 0 {
+		return nil, fieldErr("epoch."+keoFieldEpochMaxRecords, fmt.Errorf("must be 0 (no limit) or positive, got %d", c.epochMaxRecords))
+	}
 	if c.epochMaxBytes, err = ep.FieldInt(keoFieldEpochMaxBytes); err != nil {
 		return nil, fieldErr("epoch."+keoFieldEpochMaxBytes, err)
+	}
+	if c.epochMaxBytes < 0 {
+		return nil, fieldErr("epoch."+keoFieldEpochMaxBytes, fmt.Errorf("must be 0 (no limit) or positive, got %d", c.epochMaxBytes))
 	}
 	if c.epochInterval, err = ep.FieldDuration(keoFieldEpochInterval); err != nil {
 		return nil, fieldErr("epoch."+keoFieldEpochInterval, err)
@@ -161,7 +175,8 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 		return nil, fieldErr("epoch."+keoFieldEpochInterval, errors.New("must be positive"))
 	}
 	if err := txnstate.CheckTiming(c.epochInterval, c.commitBudget, c.txnTimeout, timeoutMargin(c.txnTimeout)); err != nil {
-		return nil, fieldErr("epoch."+keoFieldEpochInterval, err)
+		return nil, fmt.Errorf("%w: fields epoch.%s, %s and %s: %v: raise %s or lower the others", ErrConfig,
+			keoFieldEpochInterval, keoFieldCommitBudget, keoFieldTxnTimeout, err, keoFieldTxnTimeout)
 	}
 	if c.stateCache, err = conf.FieldString(keoFieldStateCache); err != nil {
 		return nil, fieldErr(keoFieldStateCache, err)
@@ -179,7 +194,7 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 		return nil, fieldErr(keoFieldMaxInFlight, err)
 	}
 	if c.maxInFlight < 1 {
-		return nil, fieldErr(keoFieldMaxInFlight, errors.New("must be at least 1"))
+		return nil, fieldErr(keoFieldMaxInFlight, fmt.Errorf("must be at least 1, got %d", c.maxInFlight))
 	}
 	ov, err := conf.FieldString(keoFieldRecoveryOverride)
 	if err != nil {

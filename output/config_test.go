@@ -59,7 +59,7 @@ func TestLintRules(t *testing.T) {
 	for _, tc := range []struct {
 		name, extra, want string
 	}{
-		{"interval too close to timeout", "transaction_timeout: 10s\nepoch: { interval: 9s }\n", "field epoch.interval"},
+		{"interval too close to timeout", "transaction_timeout: 10s\nepoch: { interval: 9s }\n", "fields epoch.interval, commit_timeout and transaction_timeout"},
 		{"pool of one", "producer_pool_size: 1\n", "field producer_pool_size"},
 		{"manual without partition", "partitioner: manual\n", "field partition"},
 		{"sasl", "sasl: { mechanism: PLAIN }\n", "sasl.username"},

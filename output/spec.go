@@ -71,19 +71,50 @@ const (
 )
 
 // lintRule is the one cross-field rule of the spec (Benthos takes one bloblang
-// rule per spec): the timing check of the brief, the pool minimum, and the
-// manual partitioner's partition field. It mirrors txnstate.CheckTiming with a
-// margin of 10% of the timeout.
+// rule per spec): the bounds of the numeric and duration fields, the timing
+// check of the brief, the pool minimum, and the manual partitioner's partition
+// field. The timing check mirrors txnstate.CheckTiming with a margin of 10% of
+// the timeout and runs only once each duration in it is valid on its own, so
+// that every error names the condition that failed. A value that is no
+// duration parses as 0 here and is left to the field's own error.
 const lintRule = `
-let timeout = (this.transaction_timeout | "60s").parse_duration()
-let interval = (this.epoch.interval | "100ms").parse_duration()
-let budget = (this.commit_timeout | "10s").parse_duration()
+let timeoutStr = this.transaction_timeout | "60s"
+let intervalStr = this.epoch.interval | "100ms"
+let budgetStr = this.commit_timeout | "10s"
+let timeout = $timeoutStr.parse_duration().catch(-1)
+let interval = $intervalStr.parse_duration().catch(-1)
+let budget = $budgetStr.parse_duration().catch(-1)
 let pool = this.producer_pool_size | 2
 let part = this.partitioner | "murmur2"
 let format = this.input_format | "auto"
+let maxMsg = this.max_message_bytes | 1048576
 root = [
-  if $interval + 2 * $budget >= $timeout - $timeout / 10 {
-    "field epoch.interval: %v plus twice commit_timeout (%v) must stay well below transaction_timeout (%v) minus a 10%% margin".format(this.epoch.interval | "100ms", this.commit_timeout | "10s", this.transaction_timeout | "60s")
+  if $timeout == 0 || ($timeout < 0 && $timeout != -1) {
+    "field transaction_timeout: must be positive, got %v".format($timeoutStr)
+  },
+  if $interval == 0 || ($interval < 0 && $interval != -1) {
+    "field epoch.interval: must be positive, got %v".format($intervalStr)
+  },
+  if $budget == 0 || ($budget < 0 && $budget != -1) {
+    "field commit_timeout: must be positive (how long one epoch commit may take), got %v".format($budgetStr)
+  },
+  if $timeout > 0 && $interval > 0 && $budget > 0 && $interval + 2 * $budget >= $timeout - $timeout / 10 {
+    "fields epoch.interval, commit_timeout and transaction_timeout: epoch.interval (%v) plus twice commit_timeout (%v) must stay below transaction_timeout (%v) minus a 10%% margin: raise transaction_timeout or lower the others".format($intervalStr, $budgetStr, $timeoutStr)
+  },
+  if $maxMsg < 512 || $maxMsg > 2147483647 {
+    "field max_message_bytes: %v is out of range [512, 2147483647]".format($maxMsg)
+  },
+  if (this.max_buffered_bytes | 268435456) < $maxMsg {
+    "field max_buffered_bytes: %v is below max_message_bytes (%v)".format(this.max_buffered_bytes | 268435456, $maxMsg)
+  },
+  if (this.max_in_flight | 64) < 1 {
+    "field max_in_flight: must be at least 1, got %v".format(this.max_in_flight | 64)
+  },
+  if (this.epoch.max_records | 0) < 0 {
+    "field epoch.max_records: must be 0 (no limit) or positive, got %v".format(this.epoch.max_records)
+  },
+  if (this.epoch.max_bytes | 0) < 0 {
+    "field epoch.max_bytes: must be 0 (no limit) or positive, got %v".format(this.epoch.max_bytes)
   },
   if $pool < 2 {
     "field producer_pool_size: must be at least 2 (epoch N+1 produces while N commits), got %v".format($pool)
@@ -275,7 +306,7 @@ finished).
 			service.NewInterpolatedStringField(keoFieldKey).
 				Description("The record key. Unset means a null key.").
 				Optional(),
-			service.NewStringEnumField(keoFieldPartitioner, keoPartitionerMurmur2, keoPartitionerManual, keoPartitionerRoundRobin).
+			kafkaconf.EnumField(keoFieldPartitioner, keoPartitionerMurmur2, keoPartitionerManual, keoPartitionerRoundRobin).
 				Description("How records are assigned partitions. `murmur2` (the default) is the Java client's default: keyed records go to murmur2(key) mod partitions, unkeyed records are spread in sticky batches. `manual` uses `partition`.").
 				Default(keoPartitionerMurmur2),
 			service.NewInterpolatedStringField(keoFieldPartition).
@@ -284,7 +315,7 @@ finished).
 			service.NewMetadataFilterField(keoFieldMetadata).
 				Description("Which metadata keys are written as record headers. A list value is written as one header per element, in order (`kafka_native` reads a header name repeated in one record as such a list). The default writes none.").
 				Optional(),
-			service.NewStringEnumField(keoFieldCompression, kafkaconf.CompressionNames...).
+			kafkaconf.EnumField(keoFieldCompression, kafkaconf.CompressionNames...).
 				Description("The compression codec of produced batches. Default `none`.").
 				Default("none").
 				Advanced(),
@@ -326,7 +357,7 @@ finished).
 			service.NewIntField(keoFieldMaxInFlight).
 				Description("The maximum number of batches in flight across epochs; when that many wait, the open epoch closes. A batch is held until its epoch commits, so this caps both the size of an epoch and the memory of the output: about `max_in_flight` x the bytes of a batch (plus a few hundred bytes per record). With small batches (Benthos inputs that emit one message per batch) raise it or set `batching`, or epochs stay tiny. Default 64 (measured in docs/benchmarks.md: 256 gained 0 to 27 % at 100 B records and nothing at 1 KiB, for twice the memory).").
 				Default(defaultMaxInFlight),
-			service.NewStringEnumField(keoFieldRecoveryOverride, keoOverrideNone, keoOverrideForceCommitted, keoOverrideForceAborted).
+			kafkaconf.EnumField(keoFieldRecoveryOverride, keoOverrideNone, keoOverrideForceCommitted, keoOverrideForceAborted).
 				Description("For operators only: how to decide an in-doubt epoch that neither the broker's transaction state nor the Fetch probe identifies (its records were deleted or compacted away). `none` (the default) refuses to start.").
 				Default(keoOverrideNone).
 				Advanced(),
@@ -341,7 +372,7 @@ finished).
 					"no source offsets are committed and the output behaves as in plain mode (this cannot be checked at construction, the input registers lazily).").
 				Default("").
 				Advanced(),
-			service.NewStringEnumField(keoFieldInputFormat, keoInputFormatAuto, keoInputFormatMessage, keoInputFormatArrow).
+			kafkaconf.EnumField(keoFieldInputFormat, keoInputFormatAuto, keoInputFormatMessage, keoInputFormatArrow).
 				Description("Which messages are Arrow IPC streams whose rows are written as records (see Arrow messages). "+
 					"`auto` (the default): a message whose body begins with an Arrow IPC stream whose schema is the Kafka record schema "+
 					"(what `kafka_native` writes with `format: arrow`) is written as its rows; any other body (text, JSON, Arrow of another "+

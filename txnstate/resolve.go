@@ -176,8 +176,16 @@ var ErrTiming = errors.New("txnstate: epoch timing does not fit in the transacti
 // is open for up to interval, then waits for its predecessor's commit and
 // commits itself (commitBudget each), and the coordinator aborts it timeout
 // after its first partition was added, however busy it is. margin is kept
-// free for clock and network slack.
+// free for clock and network slack. Each duration must be positive.
 func CheckTiming(interval, commitBudget, timeout, margin time.Duration) error {
+	switch {
+	case interval <= 0:
+		return fmt.Errorf("%w: interval %v must be positive", ErrTiming, interval)
+	case commitBudget <= 0:
+		return fmt.Errorf("%w: commit budget %v must be positive", ErrTiming, commitBudget)
+	case timeout <= 0:
+		return fmt.Errorf("%w: timeout %v must be positive", ErrTiming, timeout)
+	}
 	if need := interval + 2*commitBudget; need >= timeout-margin {
 		return fmt.Errorf("%w: interval %v + 2 x commit budget %v = %v, must be below timeout %v - margin %v", ErrTiming, interval, commitBudget, need, timeout, margin)
 	}

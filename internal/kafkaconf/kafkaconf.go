@@ -74,7 +74,7 @@ func Fields() []*service.ConfigField {
 			Advanced(),
 		service.NewTLSToggledField(FieldTLS),
 		service.NewObjectField(FieldSASL,
-			service.NewStringEnumField(FieldSASLMechanism, MechanismNone, MechanismPlain, MechanismScram256, MechanismScram512, MechanismOAuthBearer).
+			EnumField(FieldSASL+"."+FieldSASLMechanism, MechanismNone, MechanismPlain, MechanismScram256, MechanismScram512, MechanismOAuthBearer).
 				Description("The SASL mechanism. `none` disables SASL. PLAIN sends the password in clear text: use it only with `tls.enabled: true`.").
 				Default(MechanismNone),
 			service.NewStringField(FieldSASLUser).
@@ -185,7 +185,7 @@ func saslFromParsed(conf *service.ParsedConfig) (sasl.Mechanism, string, error) 
 
 // Warnings lists settings that work but weaken security, for the component to
 // log at construction: certificate verification switched off, and a PLAIN
-// password sent without TLS. Benthos lint rules can only report errors, so
+// password or an OAUTHBEARER token sent without TLS. Benthos lint rules can only report errors, so
 // these are warnings in the log rather than lint failures.
 func (c *Conn) Warnings() []string {
 	var w []string
@@ -194,6 +194,9 @@ func (c *Conn) Warnings() []string {
 	}
 	if c.SASLMechanism == MechanismPlain && c.TLS == nil {
 		w = append(w, "sasl.mechanism PLAIN without tls.enabled: the password is sent in clear text")
+	}
+	if c.SASLMechanism == MechanismOAuthBearer && c.TLS == nil {
+		w = append(w, "sasl.mechanism OAUTHBEARER without tls.enabled: the token is sent in clear text, and whoever reads it can use it until it expires")
 	}
 	return w
 }
