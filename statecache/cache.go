@@ -135,12 +135,11 @@ type Cache struct {
 	clMu sync.Mutex
 	cl   *kgo.Client
 
-	// mu guards the maps below and broken.
-	mu      sync.RWMutex
-	broken  error // set once the topic cannot be trusted; every call returns it
-	entries map[string]entry
-	open    map[producerPartition][]heldRecord // records of open transactions
-	next    map[int32]int64                    // partition -> offset after the last record read
+	// mu guards the views and broken.
+	mu     sync.RWMutex
+	broken error // set once the topic cannot be trusted; every call returns it
+	v      *view // what Get serves
+	reload *view // a read of the topic from its start in progress, nil if none
 
 	// writeSem (capacity 1) holds the one record in flight: a write takes
 	// it before producing and the record's promise gives it back, when
@@ -192,9 +191,7 @@ func New(cfg Config) (*Cache, error) {
 		adm:      kadm.NewClient(admCl),
 		loadSem:  make(chan struct{}, 1),
 		writeSem: make(chan struct{}, 1),
-		entries:  make(map[string]entry),
-		open:     make(map[producerPartition][]heldRecord),
-		next:     make(map[int32]int64),
+		v:        newView(),
 	}
 	c.listEnd = c.adm.ListEndOffsets
 	return c, nil
@@ -211,7 +208,7 @@ func (c *Cache) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, err
 	}
 	c.mu.RLock()
-	e, ok := c.entries[key]
+	e, ok := c.v.entries[key]
 	broken := c.broken
 	c.mu.RUnlock()
 	if broken != nil {
@@ -306,7 +303,7 @@ func (c *Cache) Refresh(ctx context.Context) error {
 	if err := c.checkTopic(ctx); err != nil {
 		return err
 	}
-	return c.readToEnd(ctx)
+	return c.read(ctx)
 }
 
 // UncommittedRecord is a record of a Kafka transaction that was still open
@@ -330,7 +327,7 @@ func (c *Cache) Uncommitted() []UncommittedRecord {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []UncommittedRecord
-	for _, rs := range c.open {
+	for _, rs := range c.v.open {
 		for _, h := range rs {
 			r := h.r
 			if isReserved(r.Key) {
@@ -358,7 +355,7 @@ func (c *Cache) Len() int {
 
 func (c *Cache) lenLocked() int {
 	n := 0
-	for _, e := range c.entries {
+	for _, e := range c.v.entries {
 		if e.value != nil {
 			n++
 		}
@@ -400,14 +397,19 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 		return fmt.Errorf("kafka_state: writing key %q to topic %q: an earlier write of this process is still unanswered, nothing written: %w", key, c.cfg.Topic, err)
 	}
 	c.mu.RLock()
-	e, ok := c.entries[key]
+	e, ok := c.v.entries[key]
+	if c.reload != nil {
+		if re, rok := c.reload.entries[key]; rok && re.token > e.token {
+			e.token = re.token
+		}
+	}
 	broken := c.broken
 	c.mu.RUnlock()
 	if broken != nil {
 		c.unlockWrite()
 		return broken
 	}
-	if ok && token < e.token {
+	if token < e.token {
 		c.unlockWrite()
 		return &FencedError{Topic: c.cfg.Topic, Key: key, Token: token, Current: e.token}
 	}
@@ -431,8 +433,13 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 	}
 	var current uint64 // the key's token once the record is applied
 	err := c.produce(ctx, r, func() {
-		c.put(r, token)
-		current = c.entries[key].token
+		c.v.put(r, token)
+		current = c.v.entries[key].token
+		if c.reload != nil {
+			// The reload may have listed its end before this
+			// record: it would not read it.
+			c.reload.put(r, token)
+		}
 	})
 	switch {
 	case err == nil:
@@ -569,7 +576,7 @@ func (c *Cache) load(ctx context.Context) error {
 		if err := c.checkTopic(ctx); err != nil {
 			return err
 		}
-		return c.readToEnd(ctx)
+		return c.read(ctx)
 	}
 	meta, err := c.ensureTopic(ctx)
 	if err != nil {
@@ -622,7 +629,7 @@ func (c *Cache) load(ctx context.Context) error {
 	}
 	c.cl = cl
 	c.clMu.Unlock()
-	return c.readToEnd(ctx)
+	return c.read(ctx)
 }
 
 // brokenErr returns the error that stopped the cache, nil if none.

@@ -31,25 +31,32 @@ var barrierKey = append(append([]byte{}, reservedPrefix...), "barrier"...)
 // reserved key, never returned) to that partition and reads up to it
 // instead: any record it sees at or past the barrier is past the old target.
 // Tombstones leave nothing behind once compacted.
-func (c *Cache) readToEnd(ctx context.Context) error {
+//
+// It reads into the view a reload is building, if one is, else into the view
+// Get serves. Once it reached every target it stores when it listed them in
+// the view (listedAt) and returns how long after the previous such listing it
+// finished.
+func (c *Cache) readToEnd(ctx context.Context) (since time.Duration, err error) {
 	topic := c.cfg.Topic
+	listedAt := time.Now()
 	starts, err := listOffsets(ctx, c.adm.ListStartOffsets, topic)
 	if err != nil {
-		return fmt.Errorf("kafka_state: listing start offsets of topic %q: %w", topic, err)
+		return 0, fmt.Errorf("kafka_state: listing start offsets of topic %q: %w", topic, err)
 	}
 	ends, err := listOffsets(ctx, c.listEnd, topic)
 	if err != nil {
-		return fmt.Errorf("kafka_state: listing end offsets of topic %q: %w", topic, err)
+		return 0, fmt.Errorf("kafka_state: listing end offsets of topic %q: %w", topic, err)
 	}
 
 	target := make(map[int32]int64)
 	c.mu.Lock()
+	v := c.target()
 	for p := int32(0); p < c.meta.partitions; p++ {
 		start, end := starts[p], ends[p]
-		if c.next[p] < start {
-			c.next[p] = start // records below the log start are gone
+		if v.next[p] < start {
+			v.next[p] = start // records below the log start are gone
 		}
-		if end > c.next[p] {
+		if end > v.next[p] {
 			target[p] = end
 		}
 	}
@@ -58,7 +65,7 @@ func (c *Cache) readToEnd(ctx context.Context) error {
 	barriers := make(map[int32]bool)
 	for len(target) > 0 {
 		if c.closed.Load() {
-			return ErrClosed // Close waits for this read; do not keep it
+			return 0, ErrClosed
 		}
 		pctx, cancel := context.WithTimeout(ctx, stallAfter)
 		fs := c.cl.PollFetches(pctx)
@@ -71,23 +78,23 @@ func (c *Cache) readToEnd(ctx context.Context) error {
 		c.mu.Lock()
 		fs.EachRecord(func(r *kgo.Record) {
 			progressed[r.Partition] = true
-			if err := c.apply(r); err != nil {
+			if err := c.apply(v, r); err != nil {
 				c.breakLocked(err)
 			}
 		})
 		for p, t := range target {
-			if c.next[p] >= t {
+			if v.next[p] >= t {
 				delete(target, p)
 			}
 		}
 		broken := c.broken
 		c.mu.Unlock()
 		if broken != nil {
-			return broken
+			return 0, broken
 		}
 
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("kafka_state: reading topic %q to its end: %w", topic, err)
+			return 0, fmt.Errorf("kafka_state: reading topic %q to its end: %w", topic, err)
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) {
@@ -101,7 +108,7 @@ func (c *Cache) readToEnd(ctx context.Context) error {
 			}
 		})
 		if ferr != nil {
-			return ferr
+			return 0, ferr
 		}
 
 		if pctx.Err() == nil {
@@ -113,14 +120,20 @@ func (c *Cache) readToEnd(ctx context.Context) error {
 			}
 			off, err := c.writeBarrier(ctx, p)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			barriers[p] = true
 			target[p] = off + 1
 			c.logWarnf("kafka_state: topic %s partition %d: no record read up to its end offset for %v; wrote a barrier at offset %d and read up to it", topic, p, stallAfter, off)
 		}
 	}
-	return nil
+	c.mu.Lock()
+	if !v.listedAt.IsZero() {
+		since = time.Since(v.listedAt)
+	}
+	v.listedAt = listedAt
+	c.mu.Unlock()
+	return since, nil
 }
 
 func (c *Cache) writeBarrier(ctx context.Context, p int32) (int64, error) {
@@ -184,18 +197,18 @@ type producerPartition struct {
 //
 // An error (a malformed fence header) stops the cache: the record cannot be
 // ordered against the others of its key.
-func (c *Cache) apply(r *kgo.Record) error {
-	if r.Offset+1 > c.next[r.Partition] {
-		c.next[r.Partition] = r.Offset + 1
+func (c *Cache) apply(v *view, r *kgo.Record) error {
+	if r.Offset+1 > v.next[r.Partition] {
+		v.next[r.Partition] = r.Offset + 1
 	}
 	pp := producerPartition{r.ProducerID, r.Partition}
 	switch {
 	case r.Attrs.IsControl():
-		held := c.open[pp]
-		delete(c.open, pp)
+		held := v.open[pp]
+		delete(v.open, pp)
 		if isCommitMarker(r.Key) {
 			for _, h := range held {
-				c.put(h.r, h.token)
+				v.put(h.r, h.token)
 			}
 		}
 	case isReserved(r.Key):
@@ -208,9 +221,9 @@ func (c *Cache) apply(r *kgo.Record) error {
 			return err
 		}
 		if r.Attrs.IsTransactional() {
-			c.open[pp] = append(c.open[pp], heldRecord{copyRecord(r), token})
+			v.open[pp] = append(v.open[pp], heldRecord{copyRecord(r), token})
 		} else {
-			c.put(r, token)
+			v.put(r, token)
 		}
 	}
 	return nil
@@ -231,18 +244,134 @@ func isCommitMarker(key []byte) bool {
 // put sets the key of r to its value (nil: a tombstone) unless the map holds
 // a record of a higher fence token, or of the same token and partition at an
 // equal or later offset. c.mu is held.
-func (c *Cache) put(r *kgo.Record, token uint64) {
+func (v *view) put(r *kgo.Record, token uint64) {
 	if isReserved(r.Key) {
 		return
 	}
 	key := string(r.Key)
-	if e, ok := c.entries[key]; ok {
+	if e, ok := v.entries[key]; ok {
 		if e.token > token || e.token == token && e.partition == r.Partition && e.offset >= r.Offset {
 			return
 		}
 	}
 	// Copied: a fetched value aliases its whole fetch buffer.
-	c.entries[key] = entry{value: cloneBytes(r.Value), token: token, partition: r.Partition, offset: r.Offset}
+	v.entries[key] = entry{value: cloneBytes(r.Value), token: token, partition: r.Partition, offset: r.Offset}
+}
+
+// view is what the cache knows of the topic: the latest value of every key
+// and how far each partition has been read. c.mu guards it.
+type view struct {
+	entries map[string]entry
+	open    map[producerPartition][]heldRecord // records of open transactions
+	next    map[int32]int64                    // partition -> offset after the last record read
+	// listedAt is when the last read that reached its targets listed
+	// them (zero before the first).
+	listedAt time.Time
+}
+
+func newView() *view {
+	return &view{
+		entries: make(map[string]entry),
+		open:    make(map[producerPartition][]heldRecord),
+		next:    make(map[int32]int64),
+	}
+}
+
+// sweep forgets the tombstones the read has passed: nothing older of their
+// key can be read any more. A tombstone with a fence token stays, so that a
+// later write with a lower token is still fenced.
+func (v *view) sweep() {
+	for k, e := range v.entries {
+		if e.value == nil && e.token == 0 && e.offset < v.next[e.partition] {
+			delete(v.entries, k)
+		}
+	}
+}
+
+// target returns the view reads go into: the one a reload is building, if
+// any, else the one Get serves. c.mu is held.
+func (c *Cache) target() *view {
+	if c.reload != nil {
+		return c.reload
+	}
+	return c.v
+}
+
+// read brings the cache up to the end of the topic (under the load slot): on
+// from where the last read stopped, or from the start when reading on could
+// miss a deletion. Compaction removes a tombstone delete.retention.ms after
+// (at the earliest) it was written, together with the values it deleted;
+// every record past where a read stopped was written after that read listed
+// its end offsets, so reading on is safe only if it completes within
+// delete.retention.ms of that listing. Past that bound (less a tenth for the
+// broker's clock and the cleaner's schedule) the cache reads the topic again
+// from the start into a view of its own, and serves it once complete; until
+// then Get serves the old view. A read from the start has the same bound
+// (Kafka's: a consumer reading a compacted topic from its start must finish
+// within delete.retention.ms); with the default of a day it is far off.
+func (c *Cache) read(ctx context.Context) error {
+	bound, err := c.deleteRetention(ctx)
+	if err != nil {
+		return err
+	}
+	bound -= bound / 10
+	for {
+		c.mu.Lock()
+		reloading := c.reload != nil
+		listedAt := c.v.listedAt
+		c.mu.Unlock()
+		if !reloading && !listedAt.IsZero() && time.Since(listedAt) > bound {
+			if err := c.startReload(ctx, time.Since(listedAt), bound); err != nil {
+				return err
+			}
+			continue
+		}
+		since, err := c.readToEnd(ctx)
+		if err != nil {
+			return err
+		}
+		if !reloading && since > bound {
+			// Finished too late to trust: a tombstone past where
+			// the previous read stopped may be gone.
+			if err := c.startReload(ctx, since, bound); err != nil {
+				return err
+			}
+			continue
+		}
+		c.mu.Lock()
+		if c.reload != nil {
+			c.v, c.reload = c.reload, nil
+		}
+		c.v.sweep()
+		c.mu.Unlock()
+		if reloading {
+			c.logInfof("kafka_state: topic %s read again from the start", c.cfg.Topic)
+		}
+		return nil
+	}
+}
+
+// startReload sets the consumer back to the start of every partition and
+// starts a view for the read from there.
+func (c *Cache) startReload(ctx context.Context, since, bound time.Duration) error {
+	topic := c.cfg.Topic
+	starts, err := listOffsets(ctx, c.adm.ListStartOffsets, topic)
+	if err != nil {
+		return fmt.Errorf("kafka_state: listing start offsets of topic %q: %w", topic, err)
+	}
+	v := newView()
+	set := make(map[int32]kgo.EpochOffset)
+	for p := int32(0); p < c.meta.partitions; p++ {
+		v.next[p] = starts[p]
+		set[p] = kgo.EpochOffset{Epoch: -1, Offset: starts[p]}
+	}
+	// SetOffsets drops what the client buffered for these partitions.
+	c.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: set})
+	c.mu.Lock()
+	c.reload = v
+	c.mu.Unlock()
+	c.logWarnf("kafka_state: topic %s: the last read listed its end %v ago, more than delete.retention.ms less a tenth (%v): tombstones written since may be compacted away; reading the topic again from the start", topic, since.Round(time.Second), bound)
+	return nil
 }
 
 func copyRecord(r *kgo.Record) *kgo.Record {

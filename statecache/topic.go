@@ -110,21 +110,9 @@ func (c *Cache) ensureTopic(ctx context.Context) (topicMeta, error) {
 		break
 	}
 
-	rcs, err := c.adm.DescribeTopicConfigs(ctx, topic)
-	if err == nil && len(rcs) == 1 {
-		err = rcs[0].Err
-	}
-	if err == nil && len(rcs) != 1 {
-		err = fmt.Errorf("got %d config resources, want 1", len(rcs))
-	}
+	cfgs, err := c.topicConfigs(ctx)
 	if err != nil {
-		return meta, fmt.Errorf("kafka_state: describing configs of topic %q: %w", topic, err)
-	}
-	cfgs := make(map[string]string)
-	for _, kv := range rcs[0].Configs {
-		if kv.Value != nil {
-			cfgs[kv.Key] = *kv.Value
-		}
+		return meta, err
 	}
 	if err := checkPolicy(topic, cfgs); err != nil {
 		return meta, err
@@ -138,6 +126,46 @@ func (c *Cache) ensureTopic(ctx context.Context) (topicMeta, error) {
 		meta.maxMessageBytes = n
 	}
 	return meta, nil
+}
+
+// topicConfigs returns the topic's configs as the broker describes them.
+func (c *Cache) topicConfigs(ctx context.Context) (map[string]string, error) {
+	topic := c.cfg.Topic
+	rcs, err := c.adm.DescribeTopicConfigs(ctx, topic)
+	if err == nil && len(rcs) == 1 {
+		err = rcs[0].Err
+	}
+	if err == nil && len(rcs) != 1 {
+		err = fmt.Errorf("got %d config resources, want 1", len(rcs))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka_state: describing configs of topic %q: %w", topic, err)
+	}
+	cfgs := make(map[string]string)
+	for _, kv := range rcs[0].Configs {
+		if kv.Value != nil {
+			cfgs[kv.Key] = *kv.Value
+		}
+	}
+	return cfgs, nil
+}
+
+// deleteRetention returns the topic's delete.retention.ms, described afresh
+// (an operator may change it), Kafka's default of a day if unset.
+func (c *Cache) deleteRetention(ctx context.Context) (time.Duration, error) {
+	cfgs, err := c.topicConfigs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	v, ok := cfgs["delete.retention.ms"]
+	if !ok {
+		return 24 * time.Hour, nil
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms < 0 {
+		return 0, fmt.Errorf("kafka_state: topic %q: delete.retention.ms %q is not a duration in milliseconds", c.cfg.Topic, v)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // checkTopic stops the cache (a *TopicChangedError, for good) when the topic is
