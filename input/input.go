@@ -41,9 +41,12 @@ type kafkaInput struct {
 	// (see OffsetCommitter); nil without a consumer group.
 	newCommitter func(adm *kadm.Client) OffsetCommitter
 
-	connMu        sync.Mutex // serializes Connect
-	mu            sync.Mutex // guards the fields below
-	firstConnect  time.Time
+	connMu sync.Mutex // serializes Connect
+	mu     sync.Mutex // guards the fields below
+	// unknownSince is when the connection attempts began to find a topic
+	// or partition unknown, without another failure in between (guarded
+	// by connMu).
+	unknownSince  time.Time
 	conn          *connection // nil until connected
 	closed        bool
 	cancelConnect context.CancelFunc // cancels a Connect in progress
@@ -97,9 +100,6 @@ func (in *kafkaInput) Connect(ctx context.Context) error {
 		in.mu.Unlock()
 		return nil
 	}
-	if in.firstConnect.IsZero() {
-		in.firstConnect = time.Now()
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	in.cancelConnect = cancel
 	in.mu.Unlock()
@@ -125,10 +125,17 @@ func (in *kafkaInput) Connect(ctx context.Context) error {
 	if closed {
 		return ErrClosed
 	}
+	if !isUnknownTopic(err) {
+		in.unknownSince = time.Time{}
+	} else if in.unknownSince.IsZero() {
+		in.unknownSince = time.Now()
+	}
 	switch {
 	case isFatal(err):
 		return fatal.Raise(fmt.Errorf("kafka_native: %w", err))
-	case isUnknownTopic(err) && time.Since(in.firstConnect) > in.cfg.unknownTopicGrace:
+	case isUnknownTopic(err) && time.Since(in.unknownSince) > in.cfg.unknownTopicGrace:
+		// Every attempt since unknownSince found it unknown in the
+		// brokers' metadata.
 		return fatal.Raise(fmt.Errorf("kafka_native: %w (for longer than %s %v)", err, knFieldUnknownTopicGrace, in.cfg.unknownTopicGrace))
 	}
 	// A broker that is down, a leader election, a topic being created:
@@ -285,11 +292,10 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 		loop := &fetchLoop{
 			cfg: cfg, cl: c.consumeCl, tr: c.tr, met: in.met, log: in.log,
 			shut: c.fetchShut, out: c.batches, done: c.done,
-			onFail:       func(err error) { c.fail(err) },
-			unknownSince: map[tp]time.Time{},
-			lastErrLog:   map[string]time.Time{},
-			oorAt:        map[tp]time.Time{},
-			probe:        &prober{cfg: cfg, cl: c.admCl, adm: adm, tr: c.tr, met: in.met, log: in.log},
+			onFail:     func(err error) { c.fail(err) },
+			lastErrLog: map[string]time.Time{},
+			oorAt:      map[tp]time.Time{},
+			probe:      &prober{cfg: cfg, cl: c.admCl, adm: adm, tr: c.tr, met: in.met, log: in.log},
 		}
 		if cfg.format == formatArrow {
 			loop.enc = kafkaarrow.NewEncoder()

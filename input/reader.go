@@ -102,7 +102,7 @@ type fetchLoop struct {
 	// only this loop's goroutine uses it.
 	enc *kafkaarrow.Encoder
 
-	unknownSince map[tp]time.Time
+	unknown      outages
 	lastErrLog   map[string]time.Time
 	// oorAt is when the consumer last reported OFFSET_OUT_OF_RANGE, per
 	// partition (the probe tells a deletion the consumer had skipped
@@ -163,7 +163,7 @@ func (f *fetchLoop) run(ctx context.Context) {
 					ps.end = end
 				}
 			})
-			delete(f.unknownSince, p)
+			f.unknown.clear(p)
 			if !f.process(ctx, p, id, ftp.Records, now) {
 				stopped = true
 			}
@@ -374,6 +374,63 @@ func (f *fetchLoop) flowControl() {
 	}
 }
 
+// unknownGap: two unknown-topic errors of one partition further apart than
+// this belong to two outages. During an outage kgo repeats the error at every
+// fetch of the partition and every metadata refresh (at least every 5s, its
+// MetadataMinAge), well within it.
+const unknownGap = 15 * time.Second
+
+// outages measures, per partition (-1: a whole topic), how long unknown-topic
+// errors have come without a gap of unknownGap: an idle partition that saw one
+// such error long ago (a topic being created) and another now (a broker
+// restart) is not in a long outage.
+type outages struct {
+	m map[tp]outage
+}
+
+type outage struct{ first, last time.Time }
+
+// observe records an error of p at now and returns how long the outage has
+// lasted.
+func (o *outages) observe(p tp, now time.Time) time.Duration {
+	if o.m == nil {
+		o.m = map[tp]outage{}
+	}
+	u, ok := o.m[p]
+	if !ok || now.Sub(u.last) > unknownGap {
+		u.first = now
+	}
+	u.last = now
+	o.m[p] = u
+	return now.Sub(u.first)
+}
+
+// clear ends p's outage (records arrived, or the metadata lists it).
+func (o *outages) clear(p tp) { delete(o.m, p) }
+
+// exists asks the brokers' metadata whether p's topic (and partition, unless
+// -1) exists.
+func (f *fetchLoop) exists(ctx context.Context, p tp) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	meta, err := f.probe.adm.Metadata(ctx, p.Topic)
+	if err != nil {
+		return false, err
+	}
+	td, ok := meta.Topics[p.Topic]
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) || errors.Is(td.Err, kerr.UnknownTopicID) {
+		return false, nil
+	}
+	if td.Err != nil {
+		return false, td.Err
+	}
+	if p.Partition < 0 {
+		return true, nil
+	}
+	_, ok = td.Partitions[p.Partition]
+	return ok, nil
+}
+
 // handleErrors classifies fetch errors: fatal ones are returned, an unknown
 // topic is fatal once it outlived the grace period, data loss is fatal under
 // reset none and a counted warning otherwise, and the rest is retried by kgo
@@ -401,10 +458,18 @@ func (f *fetchLoop) handleErrors(ctx context.Context, fetches kgo.Fetches) error
 			outOfRange[p] = true
 			f.oorAt[p] = time.Now()
 		case isUnknownTopic(err):
-			first, ok := f.unknownSince[p]
-			if !ok {
-				f.unknownSince[p] = time.Now()
-			} else if time.Since(first) > f.cfg.unknownTopicGrace {
+			if f.unknown.observe(p, time.Now()) <= f.cfg.unknownTopicGrace {
+				return
+			}
+			// The outage outlived the grace: raise it only if the
+			// brokers' metadata confirms it.
+			switch exists, merr := f.exists(ctx, p); {
+			case merr != nil:
+				f.log.Debugf("Confirming that %s is unknown: %v", p, merr)
+			case exists:
+				f.unknown.clear(p)
+				f.log.Warnf("Fetches of %s answered %v for longer than %s %v, but the brokers' metadata lists it: reading on", p, err, knFieldUnknownTopicGrace, f.cfg.unknownTopicGrace)
+			default:
 				fatalErr = &UnknownTopicError{Topic: topic, Partition: partition, Err: err}
 				fatalErr = &ConfigError{Field: knFieldTopics, Err: fatalErr}
 			}

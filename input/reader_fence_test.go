@@ -18,7 +18,7 @@ func fenceLoop(t *testing.T, tr *tracker, out chan readyBatch) *fetchLoop {
 	t.Helper()
 	cfg := &config{maxBatchRecords: 4, maxBatchBytes: 1 << 20, tombstones: tombstonesEmit}
 	return &fetchLoop{cfg: cfg, tr: tr, out: out, met: newInputMetrics(service.MockResources().Metrics()),
-		log: service.MockResources().Logger(), unknownSince: map[tp]time.Time{}, lastErrLog: map[string]time.Time{}}
+		log: service.MockResources().Logger(), lastErrLog: map[string]time.Time{}}
 }
 
 func recordsAt(p tp, from, to int64) []*kgo.Record {

@@ -258,7 +258,7 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Default("10s").
 				Advanced(),
 			service.NewDurationField(knFieldUnknownTopicGrace).
-				Description("How long a topic or partition may be unknown to the brokers (while metadata settles after it was created) before the stream fails. Default 30s.").
+				Description("How long a topic or partition may be unknown to the brokers (while metadata settles after it was created, or during a broker restart) before the stream fails. It measures one continuous outage: unknown-topic errors less than 15s apart (while reading; at start, failed connection attempts in a row), and the stream fails only if a metadata request then confirms that the topic or partition does not exist. Default 30s.").
 				Default("30s").
 				Advanced(),
 			service.NewDurationField(knFieldIdleProbeInterval).
