@@ -102,8 +102,8 @@ type fetchLoop struct {
 	// only this loop's goroutine uses it.
 	enc *kafkaarrow.Encoder
 
-	unknown      outages
-	lastErrLog   map[string]time.Time
+	unknown    outages
+	lastErrLog map[string]time.Time
 	// oorAt is when the consumer last reported OFFSET_OUT_OF_RANGE, per
 	// partition (the probe tells a deletion the consumer had skipped
 	// from one it is below).
