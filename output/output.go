@@ -95,6 +95,7 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 		return nil, err
 	}
 	c.conn.LogWarnings(res.Logger())
+	res.Logger().Info(c.modeLine())
 	o := &output{
 		conf:     c,
 		res:      res,

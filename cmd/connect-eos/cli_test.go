@@ -482,6 +482,7 @@ func TestDevQuickstart(t *testing.T) {
 	out := p.output()
 	require.Contains(t, out, "dev: records out (read_committed) in orders_copy: 40000, duplicates: 0, missing: 0")
 	require.Contains(t, out, "dev: kafka_eos_records_produced = 40000\n")
+	require.Contains(t, out, `kafka_eos \"quickstart-copy\": Kafka-to-Kafka mode for consumer group \"quickstart-copy\"`, "the quickstart runs the exactly-once mode")
 	bytes := scanLines(out, "dev: kafka_eos_bytes_produced = ")
 	require.Len(t, bytes, 1)
 	require.Regexp(t, `= [0-9]{7,}$`, bytes[0], "a counter over a million prints as an integer")

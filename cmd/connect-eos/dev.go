@@ -147,6 +147,14 @@ func runDev(ctx context.Context, o devOptions) error {
 	if err != nil {
 		return fmt.Errorf("dev: %s: %w", o.configPath, err)
 	}
+	if f, err := checkConfigYAML(confBytes); err == nil {
+		for _, w := range f.warnings {
+			fmt.Fprintf(os.Stderr, "dev: warning: %s\n", w)
+		}
+		if len(f.errors) > 0 {
+			return fmt.Errorf("dev: %s: %s", o.configPath, strings.Join(f.errors, "; "))
+		}
+	}
 	var exp *promexport.Exporter
 	env := binaryEnvironment()
 	if err := env.RegisterMetricsExporter("dev_capture", promexport.Spec(), func(conf *service.ParsedConfig, _ *service.Logger) (service.MetricsExporter, error) {

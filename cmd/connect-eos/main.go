@@ -110,6 +110,7 @@ func run(ctx context.Context, args []string) int {
 
 	version, date := versionInfo()
 	env := binaryEnvironment()
+	var logger *service.Logger
 	cliArgs, apiOff := streamsAPIOptIn(args)
 	if apiOff {
 		fmt.Fprintln(os.Stderr, "connect-eos: streams mode: the HTTP API that creates streams is off; start with `streams --api` to turn it on")
@@ -123,14 +124,21 @@ func run(ctx context.Context, args []string) int {
 		service.CLIOptSetVersion(version, date),
 		service.CLIOptSetDocumentationURL("https://github.com/connect-eos/connect-eos/tree/main/docs"),
 		service.CLIOptAddCommand(devCommand()),
-		service.CLIOptOnLoggerInit(func(*service.Logger) {
+		service.CLIOptOnLoggerInit(func(l *service.Logger) {
+			logger = l
 			if filter != nil {
 				filter.restoreFiles()
 			}
 		}),
+		service.CLIOptOnConfigParse(func(pc *service.ParsedConfig) error {
+			return checkParsedConfig(pc, logger)
+		}),
 	)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err.Error())
+	}
+	if code == 0 && err == nil && isLint(args) {
+		code = lintConfigs(args)
 	}
 	if ferr := fatal.Err(); ferr != nil {
 		fmt.Fprintf(os.Stderr, "connect-eos: exit code %d after a fatal error: %v\n", ExitFatal, ferr)

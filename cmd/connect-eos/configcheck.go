@@ -1,0 +1,268 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
+	"github.com/connect-eos/connect-eos/statecache"
+)
+
+// Checks across the whole config, which no component can make on its own
+// (Benthos builds each from its own block, and cache resources only when
+// first used). `connect-eos run` makes them when the config is parsed and
+// `connect-eos lint` after its own lint; a failed check is an error at both.
+//
+//   - kafka_eos.consumer_group names the group of a kafka_native input of the
+//     same config (Kafka-to-Kafka mode). Otherwise nothing hands the output
+//     any source offset: it would commit none and copy at-least-once, with
+//     no other sign of the typo.
+//   - kafka_eos.state_cache names a cache that survives a crash: a warning
+//     for Benthos' memory and file caches, saying what a crash loses.
+//   - a kafka_state cache resource's connection warnings (TLS verification
+//     off, credentials in clear text) are logged at start, not at its first
+//     use.
+
+// configFinding is the result of checkConfig.
+type configFinding struct {
+	errors   []string
+	warnings []string
+}
+
+// checkConfig checks a whole config, given as the generic values of its
+// input, output and cache_resources sections (what Benthos parsed, or the
+// YAML file decoded).
+func checkConfig(input, output, caches any) configFinding {
+	var f configFinding
+	var groups []string
+	walkComponents(input, "kafka_native", func(conf map[string]any) {
+		if g, _ := conf["consumer_group"].(string); g != "" {
+			groups = append(groups, g)
+		}
+	})
+	resources := map[string]map[string]any{} // label -> the resource's block
+	if list, ok := caches.([]any); ok {
+		for _, r := range list {
+			if m, ok := r.(map[string]any); ok {
+				if l, _ := m["label"].(string); l != "" {
+					resources[l] = m
+				}
+			}
+		}
+	}
+	walkComponents(output, "kafka_eos", func(conf map[string]any) {
+		id, _ := conf["transactional_id"].(string)
+		if g, _ := conf["consumer_group"].(string); g != "" && !contains(groups, g) {
+			have := "this config has no kafka_native input with a consumer_group"
+			if len(groups) > 0 {
+				have = fmt.Sprintf("the kafka_native inputs of this config read with consumer_group %s", quoteList(groups))
+			}
+			f.errors = append(f.errors, fmt.Sprintf(
+				"kafka_eos %q: consumer_group %q (Kafka-to-Kafka mode) names no kafka_native input of this config, and %s: "+
+					"set both to the same group, or remove the output's consumer_group for plain mode (at-least-once across a crash)",
+				id, g, have))
+		}
+		cacheName, _ := conf["state_cache"].(string)
+		if res, ok := resources[cacheName]; ok {
+			if w := durabilityWarning(id, cacheName, res, conf["dedupe"] != nil); w != "" {
+				f.warnings = append(f.warnings, w)
+			}
+		}
+	})
+	labels := make([]string, 0, len(resources))
+	for l := range resources {
+		labels = append(labels, l)
+	}
+	sort.Strings(labels)
+	for _, l := range labels {
+		ks, ok := resources[l]["kafka_state"].(map[string]any)
+		if !ok {
+			continue
+		}
+		for _, w := range stateCacheWarnings(ks) {
+			f.warnings = append(f.warnings, fmt.Sprintf("kafka_state %q: %s", l, w))
+		}
+	}
+	return f
+}
+
+// durabilityWarning says what a crash loses when the state cache is one of
+// Benthos' caches that do not survive it.
+func durabilityWarning(id, label string, res map[string]any, dedupe bool) string {
+	var what string
+	switch {
+	case res["memory"] != nil:
+		what = "a memory cache: a restart of the process loses it"
+	case res["file"] != nil:
+		what = "a file cache, not synced to disk: a crash of the machine can lose it"
+	default:
+		return ""
+	}
+	lost := "the recovery identity of the epoch being committed: an epoch in doubt at a crash is left to transaction_timeout, which aborts it"
+	if dedupe {
+		lost += ", and the committed dedupe positions: after a restart every message is written again"
+	}
+	return fmt.Sprintf("kafka_eos %q: state_cache %q is %s, with %s. Use a kafka_state cache (docs/exactly-once.md)", id, label, what, lost)
+}
+
+// stateCacheWarnings are the connection warnings of a kafka_state block.
+func stateCacheWarnings(conf map[string]any) []string {
+	b, err := json.Marshal(conf)
+	if err != nil {
+		return nil
+	}
+	pc, err := statecache.Spec().ParseYAML(string(b), nil)
+	if err != nil {
+		return nil // the cache reports its own config errors
+	}
+	conn, err := kafkaconf.FromParsed(pc)
+	if err != nil {
+		return nil
+	}
+	return conn.Warnings()
+}
+
+// walkComponents calls fn with the block of every component named name in
+// v, however deep (brokers, fallbacks, switch cases).
+func walkComponents(v any, name string, fn func(map[string]any)) {
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if k == name {
+				if m, ok := t[k].(map[string]any); ok {
+					fn(m)
+					continue
+				}
+			}
+			walkComponents(t[k], name, fn)
+		}
+	case []any:
+		for _, e := range t {
+			walkComponents(e, name, fn)
+		}
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, e := range l {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+func quoteList(l []string) string {
+	q := make([]string, len(l))
+	for i, s := range l {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// plainValue turns what Benthos' ParsedConfig.FieldAny returns for the
+// main config (YAML nodes, or lists of them) into plain maps and lists.
+func plainValue(v any) any {
+	switch t := v.(type) {
+	case interface{ Decode(any) error }: // a *yaml.Node
+		var out any
+		if err := t.Decode(&out); err != nil {
+			return nil
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = plainValue(e)
+		}
+		return out
+	}
+	return v
+}
+
+// checkParsedConfig runs checkConfig on the config Benthos parsed for `run`:
+// warnings go to log, errors fail the start.
+func checkParsedConfig(pc *service.ParsedConfig, log *service.Logger) error {
+	section := func(name string) any {
+		if !pc.Contains(name) {
+			return nil
+		}
+		v, _ := pc.FieldAny(name)
+		return plainValue(v)
+	}
+	f := checkConfig(section("input"), section("output"), section("cache_resources"))
+	for _, w := range f.warnings {
+		if log != nil {
+			log.Warn(w)
+		}
+	}
+	if len(f.errors) > 0 {
+		return fmt.Errorf("%s", strings.Join(f.errors, "; "))
+	}
+	return nil
+}
+
+// isLint tells whether args run `lint`.
+func isLint(args []string) bool {
+	i := subcommand(args)
+	return i < len(args) && args[i] == "lint"
+}
+
+// lintConfigs runs checkConfig on the config files named after `lint` (after
+// Benthos' own lint passed) and prints what it finds as lint does; it returns
+// the exit code: 1 when a check failed. Directories and globs, which Benthos
+// expands itself, are skipped.
+func lintConfigs(args []string) int {
+	code := 0
+	for _, path := range args[subcommand(args)+1:] {
+		if strings.HasPrefix(path, "-") {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		f, err := checkConfigYAML(b)
+		if err != nil {
+			continue // Benthos' lint already judged the file
+		}
+		for _, w := range f.warnings {
+			fmt.Fprintf(os.Stderr, "%s: warning: %s\n", path, w)
+		}
+		for _, e := range f.errors {
+			fmt.Fprintf(os.Stderr, "%s: %s\n", path, e)
+			code = 1
+		}
+	}
+	return code
+}
+
+// checkConfigYAML runs checkConfig on a config file's text.
+func checkConfigYAML(conf []byte) (configFinding, error) {
+	spec := service.NewConfigSpec().
+		Field(service.NewAnyField("input").Optional()).
+		Field(service.NewAnyField("output").Optional()).
+		Field(service.NewAnyField("cache_resources").Optional())
+	pc, err := spec.ParseYAML(string(conf), nil)
+	if err != nil {
+		return configFinding{}, err
+	}
+	section := func(name string) any {
+		if !pc.Contains(name) {
+			return nil
+		}
+		v, _ := pc.FieldAny(name)
+		return v
+	}
+	return checkConfig(section("input"), section("output"), section("cache_resources")), nil
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/connect-eos/connect-eos/integration/kafkatest"
+)
+
+// crossConfig is a Kafka-to-Kafka config with the input's group, the
+// output's group and the state cache as parameters.
+func crossConfig(inGroup, outGroup, cache string) string {
+	in := ""
+	if inGroup != "" {
+		in = "\n    consumer_group: " + inGroup
+	}
+	out := ""
+	if outGroup != "" {
+		out = "\n    consumer_group: " + outGroup
+	}
+	return fmt.Sprintf(`
+http: { enabled: false }
+input:
+  kafka_native:
+    seed_brokers: [ 127.0.0.1:1 ]
+    topics: [ orders ]%s
+output:
+  kafka_eos:
+    seed_brokers: [ 127.0.0.1:1 ]
+    topic: orders_copy
+    transactional_id: copy%s
+    state_cache: state
+cache_resources:
+  - label: state
+%s
+`, in, out, cache)
+}
+
+const (
+	durableCache = "    kafka_state: { seed_brokers: [ 127.0.0.1:1 ], topic: copy_state }"
+	memoryCache  = "    memory: {}"
+	fileCache    = "    file: { directory: /tmp/state }"
+	plainCache   = "    kafka_state: { seed_brokers: [ 127.0.0.1:1 ], topic: s, sasl: { mechanism: PLAIN, username: u, password: p } }"
+)
+
+// TestCheckConfig is the table of the checks across a whole config.
+func TestCheckConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, conf  string
+		errs, warns []string
+	}{
+		{"kafka-to-kafka", crossConfig("copy", "copy", durableCache), nil, nil},
+		{"plain", crossConfig("", "", durableCache), nil, nil},
+		{"plain from a group", crossConfig("copy", "", durableCache), nil, nil},
+		{"group typo", crossConfig("orders-copy", "order-copy", durableCache),
+			[]string{`kafka_eos "copy": consumer_group "order-copy" (Kafka-to-Kafka mode) names no kafka_native input of this config, and the kafka_native inputs of this config read with consumer_group "orders-copy"`}, nil},
+		{"output group, input without", crossConfig("", "copy", durableCache),
+			[]string{`kafka_eos "copy": consumer_group "copy" (Kafka-to-Kafka mode) names no kafka_native input of this config, and this config has no kafka_native input with a consumer_group`}, nil},
+		{"memory cache", crossConfig("copy", "copy", memoryCache), nil,
+			[]string{`kafka_eos "copy": state_cache "state" is a memory cache: a restart of the process loses it, with the recovery identity of the epoch being committed: an epoch in doubt at a crash is left to transaction_timeout, which aborts it`}},
+		{"file cache", crossConfig("copy", "copy", fileCache), nil,
+			[]string{`state_cache "state" is a file cache, not synced to disk: a crash of the machine can lose it`}},
+		{"kafka_state in clear text", crossConfig("copy", "copy", plainCache), nil,
+			[]string{`kafka_state "state": sasl.mechanism PLAIN without tls.enabled: the password is sent in clear text`}},
+		{"inside a fallback", `
+input:
+  kafka_native: { seed_brokers: [ b:1 ], topics: [ t ], consumer_group: a }
+output:
+  fallback:
+    - kafka_eos: { seed_brokers: [ b:1 ], topic: u, transactional_id: x, consumer_group: b, state_cache: s }
+    - drop: {}
+`,
+			[]string{`consumer_group "b" (Kafka-to-Kafka mode) names no kafka_native input`}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := checkConfigYAML([]byte(tc.conf))
+			require.NoError(t, err)
+			require.Len(t, f.errors, len(tc.errs), "%q", f.errors)
+			for i, e := range tc.errs {
+				require.Contains(t, f.errors[i], e)
+			}
+			require.Len(t, f.warnings, len(tc.warns), "%q", f.warnings)
+			for i, w := range tc.warns {
+				require.Contains(t, f.warnings[i], w)
+			}
+		})
+	}
+}
+
+// TestCheckConfigInCLI: the built binary's lint fails on a consumer_group
+// that names no input of the config, naming both values; run refuses to
+// start on it (before, it ran a plain at-least-once copy with no sign of
+// it); and a non-durable state cache and a kafka_state cache's connection
+// warnings are logged at start (before, a cache resource's warnings showed
+// only when it was first used).
+func TestCheckConfigInCLI(t *testing.T) {
+	bin := kafkatest.Binary(t)
+	typo := writeConfig(t, crossConfig("orders-copy", "order-copy", durableCache))
+	out, err := exec.Command(bin, "lint", typo).CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), `consumer_group "order-copy" (Kafka-to-Kafka mode) names no kafka_native input of this config, and the kafka_native inputs of this config read with consumer_group "orders-copy"`)
+
+	p := startBin(t, "run", typo)
+	require.Equal(t, 1, p.wait(t))
+	require.Contains(t, p.output(), `consumer_group "order-copy"`)
+	require.NotContains(t, p.output(), "Launching a connect-eos instance")
+
+	out, err = exec.Command(bin, "lint", writeConfig(t, crossConfig("copy", "copy", memoryCache))).CombinedOutput()
+	require.NoError(t, err, "a warning does not fail lint: %s", out)
+	require.Contains(t, string(out), "warning: kafka_eos \"copy\": state_cache \"state\" is a memory cache")
+
+	p = startBin(t, "run", writeConfig(t, crossConfig("copy", "copy", plainCache)))
+	p.waitOutput(t, `kafka_state \"state\": sasl.mechanism PLAIN without tls.enabled`)
+}
