@@ -295,7 +295,11 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 			onFail:     func(err error) { c.fail(err) },
 			lastErrLog: map[string]time.Time{},
 			oorAt:      map[tp]time.Time{},
+			topicIDs:   map[string][16]byte{},
 			probe:      &prober{cfg: cfg, cl: c.admCl, adm: adm, tr: c.tr, met: in.met, log: in.log},
+		}
+		for _, pp := range plans {
+			loop.topicIDs[pp.Topic] = pp.topicID
 		}
 		if cfg.format == formatArrow {
 			loop.enc = kafkaarrow.NewEncoder()

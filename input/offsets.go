@@ -28,6 +28,7 @@ type partPlan struct {
 	hwm       int64
 	committed int64 // the group's committed offset at start, -1 if none
 	leader    int32
+	topicID   [16]byte // the topic's ID when it was listed (zero if unknown)
 	// fallback says why the start followed reset_offset ("" if it did
 	// not): logged per partition.
 	fallback string
@@ -290,6 +291,7 @@ func (c *config) resolve(ctx context.Context, adm *kadm.Client, l *listing, part
 		pp := &partPlan{tp: p, committed: -1, stop: noStop, leader: -1}
 		if td, ok := l.meta.Topics[p.Topic]; ok {
 			pp.leader = td.Partitions[p.Partition].Leader
+			pp.topicID = td.ID
 		}
 		if pp.logStart, err = lookup(l.logStarts, p); err != nil {
 			return nil, err

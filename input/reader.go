@@ -102,7 +102,10 @@ type fetchLoop struct {
 	// only this loop's goroutine uses it.
 	enc *kafkaarrow.Encoder
 
-	unknown    outages
+	unknown outages
+	// topicIDs are the IDs of the topics read, as listed at start: a
+	// topic of the same name with another ID is not the one read.
+	topicIDs   map[string][16]byte
 	lastErrLog map[string]time.Time
 	// oorAt is when the consumer last reported OFFSET_OUT_OF_RANGE, per
 	// partition (the probe tells a deletion the consumer had skipped
@@ -424,6 +427,11 @@ func (f *fetchLoop) exists(ctx context.Context, p tp) (bool, error) {
 	if td.Err != nil {
 		return false, td.Err
 	}
+	if id, known := f.topicIDs[p.Topic]; known && id != ([16]byte{}) && td.ID != id {
+		// Deleted and created again: the topic read is gone, and the
+		// consumer never adopts the new one.
+		return false, nil
+	}
 	if p.Partition < 0 {
 		return true, nil
 	}
@@ -470,6 +478,9 @@ func (f *fetchLoop) handleErrors(ctx context.Context, fetches kgo.Fetches) error
 				f.unknown.clear(p)
 				f.log.Warnf("Fetches of %s answered %v for longer than %s %v, but the brokers' metadata lists it: reading on", p, err, knFieldUnknownTopicGrace, f.cfg.unknownTopicGrace)
 			default:
+				if errors.Is(err, kerr.UnknownTopicID) {
+					err = fmt.Errorf("%w (deleted, or deleted and created again)", err)
+				}
 				fatalErr = &UnknownTopicError{Topic: topic, Partition: partition, Err: err}
 				fatalErr = &ConfigError{Field: knFieldTopics, Err: fatalErr}
 			}

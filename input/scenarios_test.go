@@ -49,6 +49,7 @@ var scenarios = []struct {
 	{"PauseResumeUnderBackpressure", scenarioBackpressure},
 	{"UnknownTopic", scenarioUnknownTopic},
 	{"TopicDeletedWhileReading", scenarioTopicDeleted},
+	{"TopicRecreatedWhileReading", scenarioTopicRecreated},
 	{"RestoreFromCommitted", scenarioRestore},
 	{"TimestampStartAndStop", scenarioTimestamps},
 	{"CLIRunBoundedToFile", scenarioCLIRun},
@@ -764,6 +765,32 @@ unknown_topic_grace_period: 1s
 	assert.Equal(t, strs(vals("a", 2)), values(h.readN(2, readTimeout)))
 	_, err := e.adm.DeleteTopic(context.Background(), topic)
 	require.NoError(t, err)
+	err = h.readError()
+	requireFatal(t, h, err, nil)
+	assert.True(t, isUnknownTopic(err), "%v", err)
+	assert.Contains(t, err.Error(), topic)
+}
+
+// A topic deleted and created again under the same name while it is read: the
+// consumer never adopts the new topic (kgo fails its fetches with
+// UNKNOWN_TOPIC_ID), and the brokers' metadata lists a topic of that name, but
+// with another topic ID: the topic read is gone, and the stream fails once
+// the grace period passed (it must not read on forever).
+func scenarioTopicRecreated(t *testing.T, e *env) {
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 2)...)
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+unknown_topic_grace_period: 1s
+`, topic))
+	h.mustConnect()
+	assert.Equal(t, strs(vals("a", 2)), values(h.readN(2, readTimeout)))
+	_, err := e.adm.DeleteTopic(context.Background(), topic)
+	require.NoError(t, err)
+	wait(t, 20*time.Second, func() bool {
+		resp, err := e.adm.CreateTopic(context.Background(), 1, 1, nil, topic)
+		return err == nil && resp.Err == nil
+	})
 	err = h.readError()
 	requireFatal(t, h, err, nil)
 	assert.True(t, isUnknownTopic(err), "%v", err)
