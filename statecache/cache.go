@@ -50,6 +50,7 @@
 package statecache
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -103,6 +104,18 @@ type entry struct {
 	token     uint64 // fence token (WithFence), 0 without one
 	partition int32
 	offset    int64
+
+	// others are the key's records of lower tokens (each token has a
+	// record key of its own, see fenceSep): the owners' before this one,
+	// and a replaced owner's late writes. The winner's owner deletes the
+	// live ones; a tombstone's offset orders it against its record.
+	others map[uint64]other
+}
+
+// other is the last record read of one lower token of a key.
+type other struct {
+	offset int64
+	live   bool // false: a tombstone
 }
 
 // Cache is a key-value cache backed by a compacted Kafka topic. It implements
@@ -330,11 +343,8 @@ func (c *Cache) Uncommitted() []UncommittedRecord {
 	for _, rs := range c.v.open {
 		for _, h := range rs {
 			r := h.r
-			if isReserved(r.Key) {
-				continue
-			}
 			out = append(out, UncommittedRecord{
-				Key:           string(r.Key),
+				Key:           h.key,
 				Value:         cloneBytes(r.Value),
 				ProducerID:    r.ProducerID,
 				ProducerEpoch: r.ProducerEpoch,
@@ -381,15 +391,15 @@ func nonNil(v []byte) []byte {
 // write produces one record for key and, once acknowledged, applies it to the
 // map. value nil writes a tombstone.
 func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) error {
-	if isReserved([]byte(key)) {
+	if bytes.Contains([]byte(key), reservedPrefix) {
 		return fmt.Errorf("%w: %q", ErrReservedKey, key)
 	}
 	if err := c.ensureLoaded(ctx); err != nil {
 		return err
 	}
 	token := fenceOf(ctx)
-	headers := fenceHeaders(token)
-	if size := recordBatchSize([]byte(key), value, headers); size > c.meta.batchLimit() {
+	rk := recordKey(key, token)
+	if size := recordBatchSize(rk, value); size > c.meta.batchLimit() {
 		return c.tooLarge(key, value, size)
 	}
 
@@ -398,9 +408,10 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 	}
 	c.mu.RLock()
 	e, ok := c.v.entries[key]
+	current := e.token
 	if c.reload != nil {
-		if re, rok := c.reload.entries[key]; rok && re.token > e.token {
-			e.token = re.token
+		if re, rok := c.reload.entries[key]; rok && re.token > current {
+			current = re.token
 		}
 	}
 	broken := c.broken
@@ -409,9 +420,9 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 		c.unlockWrite()
 		return broken
 	}
-	if token < e.token {
+	if token < current {
 		c.unlockWrite()
-		return &FencedError{Topic: c.cfg.Topic, Key: key, Token: token, Current: e.token}
+		return &FencedError{Topic: c.cfg.Topic, Key: key, Token: token, Current: current}
 	}
 	if add && ok && e.value != nil {
 		c.unlockWrite()
@@ -426,25 +437,27 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 	}
 	r := &kgo.Record{
 		Topic:     c.cfg.Topic,
-		Key:       []byte(key),
+		Key:       rk,
 		Value:     v,
-		Headers:   headers,
 		Partition: c.meta.partitionFor([]byte(key)),
 	}
-	var current uint64 // the key's token once the record is applied
+	var stale []uint64 // the key's live records of lower tokens, once applied
 	err := c.produce(ctx, r, func() {
-		c.v.put(r, token)
-		current = c.v.entries[key].token
-		if c.reload != nil {
-			// The reload may have listed its end before this
-			// record: it would not read it.
-			c.reload.put(r, token)
+		c.putOwn(key, token, r)
+		e := c.v.entries[key]
+		current = e.token
+		if current == token {
+			for t, o := range e.others {
+				if o.live {
+					stale = append(stale, t)
+				}
+			}
 		}
 	})
 	switch {
 	case err == nil:
 	case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge):
-		return c.tooLarge(key, value, recordBatchSize(r.Key, v, headers))
+		return c.tooLarge(key, value, recordBatchSize(rk, v))
 	case errors.Is(err, ErrClosed):
 		return fmt.Errorf("kafka_state: writing key %q to topic %q: the cache was closed with the write in flight (the write may or may not have happened): %w", key, c.cfg.Topic, ErrClosed)
 	case errors.Is(err, errNoAnswer):
@@ -464,7 +477,36 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 		// check above: the record is in the topic and loses there.
 		return &FencedError{Topic: c.cfg.Topic, Key: key, Token: token, Current: current, Written: true}
 	}
+	c.deleteOthers(ctx, key, stale)
 	return nil
+}
+
+// putOwn applies a record this process wrote, once acknowledged: to the view
+// Get serves and to a reload in progress, which may have listed its end
+// before the record and would not read it. c.mu is held.
+func (c *Cache) putOwn(key string, token uint64, r *kgo.Record) {
+	c.v.put(key, token, r.Value, r.Partition, r.Offset)
+	if c.reload != nil {
+		c.reload.put(key, token, r.Value, r.Partition, r.Offset)
+	}
+}
+
+// deleteOthers writes tombstones for the records of key with the lower
+// tokens given, after a write that won: they can never win again, and
+// without this every owner a key ever had would leave a record in the topic.
+// A failure is left for the next winning write of the key to retry: the
+// records lose at every read meanwhile.
+func (c *Cache) deleteOthers(ctx context.Context, key string, tokens []uint64) {
+	for _, t := range tokens {
+		r := &kgo.Record{Topic: c.cfg.Topic, Key: recordKey(key, t), Partition: c.meta.partitionFor([]byte(key))}
+		if err := c.lockWrite(ctx); err != nil {
+			return
+		}
+		if err := c.produce(ctx, r, func() { c.putOwn(key, t, r) }); err != nil {
+			c.logDebugf("kafka_state: topic %s: deleting the record of key %q with the lower token %d: %v (retried at the next write of the key)", c.cfg.Topic, key, t, err)
+			return
+		}
+	}
 }
 
 // errNoAnswer is what produce returns when ctx ended before franz-go settled

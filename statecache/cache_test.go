@@ -292,10 +292,10 @@ func testValueTooLarge(t *testing.T, b *backend) {
 	// The largest value that fits: its record batch is exactly the limit.
 	key := "big"
 	n := limit - 80
-	for recordBatchSize([]byte(key), make([]byte, n+1), nil) <= limit {
+	for recordBatchSize([]byte(key), make([]byte, n+1)) <= limit {
 		n++
 	}
-	for recordBatchSize([]byte(key), make([]byte, n), nil) > limit {
+	for recordBatchSize([]byte(key), make([]byte, n)) > limit {
 		n--
 	}
 	if err := c.Set(ctx, key, make([]byte, n), nil); err != nil {
@@ -319,16 +319,16 @@ func testValueTooLarge(t *testing.T, b *backend) {
 		t.Fatalf("Add of a large value: %v", err)
 	}
 
-	// A fence token travels in a header, which counts: the largest value
-	// that fits with one is smaller, and fits exactly.
+	// A fence token travels in the record key, which counts: the largest
+	// value that fits with one is smaller, and fits exactly.
 	fctx := WithFence(ctx, 1<<40)
-	fence := fenceHeaders(1 << 40)
+	fk := recordKey("fenced", 1<<40)
 	m := n
-	for recordBatchSize([]byte("fenced"), make([]byte, m), fence) > limit {
+	for recordBatchSize(fk, make([]byte, m)) > limit {
 		m--
 	}
-	if m >= n-len(fenceHeader)-8 || recordBatchSize([]byte("fenced"), make([]byte, m+1), fence) <= limit {
-		t.Fatalf("largest fenced value %d bytes, unfenced %d: the header is not counted", m, n)
+	if m > n-len(fenceSep)-16 || recordBatchSize(fk, make([]byte, m+1)) <= limit {
+		t.Fatalf("largest fenced value %d bytes, unfenced %d: the token is not counted", m, n)
 	}
 	if err := c.Set(fctx, "fenced", make([]byte, m), nil); err != nil {
 		t.Fatalf("Set of a fenced value whose batch is exactly max.message.bytes (%d bytes): %v", m, err)
@@ -514,7 +514,7 @@ func TestRecordBatchSize(t *testing.T) {
 	// The encoding of one record in a batch, checked against franz-go's
 	// own encoder through kfake's size check in testValueTooLarge; here
 	// the tombstone and varint boundaries.
-	if got, want := recordBatchSize([]byte("k"), nil, nil), 61+1+(1+1+1+1+1+1+1); got != want {
+	if got, want := recordBatchSize([]byte("k"), nil), 61+1+(1+1+1+1+1+1+1); got != want {
 		t.Fatalf("tombstone batch size %d, want %d", got, want)
 	}
 	for _, n := range []int{0, 63, 64, 8191, 8192} {

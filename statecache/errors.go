@@ -23,9 +23,9 @@ var (
 	// ErrTopicNotCompacted is wrapped by *TopicPolicyError.
 	ErrTopicNotCompacted = errors.New("kafka_state: topic is not compacted")
 
-	// ErrReservedKey is returned for keys in the cache's reserved namespace
-	// (keys starting with a NUL byte and "kafka_state/"), which the cache
-	// writes itself and hides from readers.
+	// ErrReservedKey is returned for keys holding the cache's reserved
+	// marker (a NUL byte and "kafka_state/"), which starts the keys the
+	// cache writes for itself and the fence suffix of record keys.
 	ErrReservedKey = errors.New("kafka_state: key is reserved")
 
 	// ErrTopicChanged is wrapped by *TopicChangedError.

@@ -1,16 +1,21 @@
 package statecache
 
 import (
+	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
-
-	"github.com/twmb/franz-go/pkg/kgo"
+	"strconv"
 )
 
-// fenceHeader is the record header carrying the fence token of a write made
-// with WithFence: 8 bytes, big-endian. A record without it has token 0.
-const fenceHeader = "kafka_state.fence"
+// fenceSep joins a key and the fence token of a write made with WithFence in
+// its record key: the key, fenceSep, then the token as 16 lowercase hex
+// digits. A record key without fenceSep is the key itself, with token 0.
+//
+// Each token of a key has a record key of its own because compaction keeps
+// the last record of each record key by offset: with one record key per key,
+// a replaced owner's late write, lower token but later offset, would be the
+// record compaction keeps, and every reader after that would take its value.
+const fenceSep = "\x00kafka_state/fence/"
 
 type fenceCtxKey struct{}
 
@@ -23,24 +28,26 @@ type fenceCtxKey struct{}
 //     token wins, whatever its offset; among records of equal token (a record
 //     written without WithFence has token 0), the later one wins. A replaced
 //     owner's late write with a lower token never hides the value of the
-//     owner that replaced it.
+//     owner that replaced it, before or after compaction: each token of a key
+//     is stored under a record key of its own (the key, a NUL byte,
+//     "kafka_state/fence/" and the token in 16 hex digits).
 //   - A write whose token is lower than the highest token this process has
 //     seen for the key (read from the topic, or written by itself) fails with
 //     a *FencedError (ErrFenced) and writes nothing. A replaced owner that
 //     has not read the newer token yet is not stopped here; its write lands
 //     and loses at read.
+//   - A write that wins deletes (with tombstones) the records of lower tokens
+//     of the key this process has read, so that a key keeps one record per
+//     owner only until its next owner writes it.
 //   - A delete with a token keeps the token in memory: a later write with a
-//     lower token stays fenced, and loses at read while the tombstone is in
-//     the topic (delete.retention.ms after compaction reaches it).
+//     lower token stays fenced in this process, and loses at read while the
+//     tombstone is in the topic. Compaction removes the tombstone after
+//     delete.retention.ms; a lower-token record written after the delete is
+//     the key's value from then on.
 //
 // Tokens are chosen by the caller: they must grow with every change of owner
 // of a key (a generation or an epoch), and a process must keep writing a key
 // with the same token while it owns it.
-//
-// Compaction keeps the last record of each key by offset, not by token: once
-// the segment holding the winning record is compacted, a later lower-token
-// record of the key is the only one left, until the owner writes the key
-// again (its next write is again the last record).
 func WithFence(ctx context.Context, token uint64) context.Context {
 	return context.WithValue(ctx, fenceCtxKey{}, token)
 }
@@ -51,28 +58,27 @@ func fenceOf(ctx context.Context) uint64 {
 	return t
 }
 
-// fenceHeaders returns the headers of a write with token, none for token 0
-// (such a record reads as token 0 either way).
-func fenceHeaders(token uint64) []kgo.RecordHeader {
+// recordKey returns the record key of key written with token.
+func recordKey(key string, token uint64) []byte {
 	if token == 0 {
-		return nil
+		return []byte(key)
 	}
-	return []kgo.RecordHeader{{Key: fenceHeader, Value: binary.BigEndian.AppendUint64(nil, token)}}
+	return fmt.Appendf(nil, "%s%s%016x", key, fenceSep, token)
 }
 
-// tokenOf returns the fence token of r: the last fence header, 0 without
-// one. A fence header that is not 8 bytes is an error: some other writer
-// put it there, and guessing its token could let the wrong value win.
-func tokenOf(r *kgo.Record) (uint64, error) {
-	var token uint64
-	for _, h := range r.Headers {
-		if h.Key != fenceHeader {
-			continue
-		}
-		if len(h.Value) != 8 {
-			return 0, fmt.Errorf("kafka_state: topic %q partition %d offset %d: header %s is %d bytes, want 8 (a big-endian fence token); the record was not written by kafka_state", r.Topic, r.Partition, r.Offset, fenceHeader, len(h.Value))
-		}
-		token = binary.BigEndian.Uint64(h.Value)
+// parseRecordKey splits a record key into the key and its fence token. A
+// fence suffix that is not 16 hex digits of a non-zero token is an error:
+// some other writer put it there, and guessing its token could let the
+// wrong value win.
+func parseRecordKey(rk []byte) (string, uint64, error) {
+	i := bytes.Index(rk, []byte(fenceSep))
+	if i < 0 {
+		return string(rk), 0, nil
 	}
-	return token, nil
+	hex := rk[i+len(fenceSep):]
+	token, err := strconv.ParseUint(string(hex), 16, 64)
+	if len(hex) != 16 || err != nil || token == 0 {
+		return "", 0, fmt.Errorf("record key %q has a fence suffix %q that is not 16 hex digits of a non-zero token; it was not written by kafka_state", rk, hex)
+	}
+	return string(rk[:i]), token, nil
 }

@@ -13,10 +13,10 @@ import (
 // batch (headers included) fits in limit.
 func largestValue(key string, limit int) int {
 	n := limit - 100
-	for recordBatchSize([]byte(key), make([]byte, n+1), nil) <= limit {
+	for recordBatchSize([]byte(key), make([]byte, n+1)) <= limit {
 		n++
 	}
-	for recordBatchSize([]byte(key), make([]byte, n), nil) > limit {
+	for recordBatchSize([]byte(key), make([]byte, n)) > limit {
 		n--
 	}
 	return n

@@ -195,8 +195,8 @@ type producerPartition struct {
 // open transaction, so its next marker in a partition ends the records held
 // for it there.
 //
-// An error (a malformed fence header) stops the cache: the record cannot be
-// ordered against the others of its key.
+// An error (a malformed fence suffix, a key in the wrong partition) stops
+// the cache: the record cannot be ordered against the others of its key.
 func (c *Cache) apply(v *view, r *kgo.Record) error {
 	if r.Offset+1 > v.next[r.Partition] {
 		v.next[r.Partition] = r.Offset + 1
@@ -208,30 +208,32 @@ func (c *Cache) apply(v *view, r *kgo.Record) error {
 		delete(v.open, pp)
 		if isCommitMarker(r.Key) {
 			for _, h := range held {
-				v.put(h.r, h.token)
+				v.put(h.key, h.token, h.r.Value, h.r.Partition, h.r.Offset)
 			}
 		}
 	case isReserved(r.Key):
 	default:
-		if err := c.checkPlacementLocked(r); err != nil {
-			return err
-		}
-		token, err := tokenOf(r)
+		key, token, err := parseRecordKey(r.Key)
 		if err != nil {
+			return fmt.Errorf("kafka_state: topic %q partition %d offset %d: %w", c.cfg.Topic, r.Partition, r.Offset, err)
+		}
+		if err := c.checkPlacementLocked(key, r); err != nil {
 			return err
 		}
 		if r.Attrs.IsTransactional() {
-			v.open[pp] = append(v.open[pp], heldRecord{copyRecord(r), token})
+			v.open[pp] = append(v.open[pp], heldRecord{copyRecord(r), key, token})
 		} else {
-			v.put(r, token)
+			v.put(key, token, r.Value, r.Partition, r.Offset)
 		}
 	}
 	return nil
 }
 
-// heldRecord is a record of an open transaction with its fence token.
+// heldRecord is a record of an open transaction with its key and fence
+// token.
 type heldRecord struct {
 	r     *kgo.Record
+	key   string
 	token uint64
 }
 
@@ -241,21 +243,46 @@ func isCommitMarker(key []byte) bool {
 	return len(key) >= 4 && binary.BigEndian.Uint16(key[2:4]) == 1
 }
 
-// put sets the key of r to its value (nil: a tombstone) unless the map holds
-// a record of a higher fence token, or of the same token and partition at an
-// equal or later offset. c.mu is held.
-func (v *view) put(r *kgo.Record, token uint64) {
-	if isReserved(r.Key) {
-		return
-	}
-	key := string(r.Key)
-	if e, ok := v.entries[key]; ok {
-		if e.token > token || e.token == token && e.partition == r.Partition && e.offset >= r.Offset {
+// put applies a record of key with token (value nil: a tombstone) read at
+// partition and offset. The record with the highest token is the key's
+// value; among records of one token (one record key) the one at the later
+// offset. A record of a lower token is kept track of in the entry's others,
+// for the winner's owner to delete. Records already applied (a refresh
+// re-reading this process's own write) change nothing. c.mu is held.
+func (v *view) put(key string, token uint64, value []byte, partition int32, offset int64) {
+	e, ok := v.entries[key]
+	switch {
+	case !ok || token > e.token:
+		n := entry{value: cloneBytes(value), token: token, partition: partition, offset: offset}
+		if ok {
+			n.others = e.others
+			if e.value != nil { // a tombstone leaves no record behind
+				n.others = withOther(n.others, e.token, other{offset: e.offset, live: true})
+			}
+		}
+		// Copied: a fetched value aliases its whole fetch buffer.
+		v.entries[key] = n
+	case token == e.token:
+		if e.partition == partition && e.offset >= offset {
 			return
 		}
+		e.value, e.partition, e.offset = cloneBytes(value), partition, offset
+		v.entries[key] = e
+	default:
+		if o, ok := e.others[token]; ok && o.offset >= offset {
+			return
+		}
+		e.others = withOther(e.others, token, other{offset: offset, live: value != nil})
+		v.entries[key] = e
 	}
-	// Copied: a fetched value aliases its whole fetch buffer.
-	v.entries[key] = entry{value: cloneBytes(r.Value), token: token, partition: r.Partition, offset: r.Offset}
+}
+
+func withOther(m map[uint64]other, token uint64, o other) map[uint64]other {
+	if m == nil {
+		m = make(map[uint64]other)
+	}
+	m[token] = o
+	return m
 }
 
 // view is what the cache knows of the topic: the latest value of every key
@@ -278,12 +305,17 @@ func newView() *view {
 }
 
 // sweep forgets the tombstones the read has passed: nothing older of their
-// key can be read any more. A tombstone with a fence token stays, so that a
-// later write with a lower token is still fenced.
+// record key can be read any more. A tombstone with a fence token stays, so
+// that a later write with a lower token is still fenced.
 func (v *view) sweep() {
 	for k, e := range v.entries {
+		for t, o := range e.others {
+			if !o.live && o.offset < v.next[e.partition] {
+				delete(e.others, t)
+			}
+		}
 		if e.value == nil && e.token == 0 && e.offset < v.next[e.partition] {
-			delete(v.entries, k)
+			delete(v.entries, k) // token 0: there are no others
 		}
 	}
 }

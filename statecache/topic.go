@@ -215,14 +215,14 @@ func (c *Cache) checkTopic(ctx context.Context) error {
 // partitionsAdvice ends the errors about a changed partition count.
 const partitionsAdvice = "keys hash to other partitions now, where neither compaction nor the cache orders their old and new values; move the state to a new topic (or give this one its old partition count back)"
 
-// checkPlacementLocked stops the cache when r sits in a partition its key does not
+// checkPlacementLocked stops the cache when r, of key, sits in a partition key does not
 // hash to under the current partition count: partitions were added after it
 // was written (or a writer used another partitioner). c.mu is held.
-func (c *Cache) checkPlacementLocked(r *kgo.Record) error {
-	if want := c.meta.partitionFor(r.Key); r.Partition != want {
+func (c *Cache) checkPlacementLocked(key string, r *kgo.Record) error {
+	if want := c.meta.partitionFor([]byte(key)); r.Partition != want {
 		return &TopicChangedError{Topic: c.cfg.Topic, Keys: c.lenLocked(), Reason: fmt.Sprintf(
 			"holds key %q in partition %d (offset %d), but with %d partitions the key hashes to partition %d: partitions were added after it was written, or a writer used another partitioner than the Java client's murmur2; %s",
-			r.Key, r.Partition, r.Offset, c.meta.partitions, want, partitionsAdvice)}
+			key, r.Partition, r.Offset, c.meta.partitions, want, partitionsAdvice)}
 	}
 	return nil
 }
@@ -258,17 +258,13 @@ func checkPolicy(topic string, cfgs map[string]string) error {
 // recordBatchSize is the size of a record batch holding the one record,
 // uncompressed, as the broker measures it against max.message.bytes: the 61
 // byte batch header and the record (attributes, timestamp and offset deltas,
-// key, value, headers), with its varint length prefix.
-func recordBatchSize(key, value []byte, headers []kgo.RecordHeader) int {
-	body := 1 + 1 + 1 + varlen(int64(len(key))) + len(key) // attrs, ts delta 0, offset delta 0, key
+// key, value, no headers), with its varint length prefix.
+func recordBatchSize(key, value []byte) int {
+	body := 1 + 1 + 1 + varlen(int64(len(key))) + len(key) + 1 // attrs, ts delta 0, offset delta 0, key, header count 0
 	if value == nil {
 		body += varlen(-1)
 	} else {
 		body += varlen(int64(len(value))) + len(value)
-	}
-	body += varlen(int64(len(headers)))
-	for _, h := range headers {
-		body += varlen(int64(len(h.Key))) + len(h.Key) + varlen(int64(len(h.Value))) + len(h.Value)
 	}
 	return 61 + varlen(int64(body)) + body
 }
@@ -285,7 +281,8 @@ func varlen(v int64) int {
 }
 
 // reservedPrefix starts the keys the cache writes for itself (the read
-// barrier); they are never returned by Get nor accepted by writes.
+// barrier); they are never returned by Get. Writes refuse a key that holds
+// it anywhere, which also keeps fenceSep (which starts with it) out of keys.
 var reservedPrefix = []byte("\x00kafka_state/")
 
 func isReserved(key []byte) bool { return bytes.HasPrefix(key, reservedPrefix) }
@@ -310,6 +307,12 @@ func (c *Cache) logInfof(format string, args ...any) {
 func (c *Cache) logErrorf(format string, args ...any) {
 	if c.log != nil {
 		c.log.Errorf(format, args...)
+	}
+}
+
+func (c *Cache) logDebugf(format string, args ...any) {
+	if c.log != nil {
+		c.log.Debugf(format, args...)
 	}
 }
 
