@@ -53,7 +53,7 @@ A component that owns a key (the kafka_eos output owns its slot records) can sto
 
 - `+"`add`"+` fails with "key already exists" when this process knows the key; it is **not** a compare-and-set across processes: two processes adding the same key both succeed and the later record wins.
 - **No TTL.** A compacted topic keeps the last value of a key until the key is deleted, so a write with a TTL is rejected rather than stored forever.
-- A write that returns an error other than a refusal (TTL, size, fence, a topic the cache stopped on) may still have been written: the produce outcome is unknown, and the next read of the topic tells.
+- A write that returns an error other than a refusal (TTL, size, fence, reserved key, a topic the cache stopped on, a write that gave up waiting for an earlier one, which says "nothing written") may still have been written: the produce outcome is unknown, and the next read of the topic tells.
 - Memory: the whole key space is held in memory (a deleted key is forgotten once a read has passed its tombstone, except after a fenced delete, whose token stays), and a new process reads the whole topic. This is a cache for small state (offsets, recovery records), not for bulk data.
 
 ### The topic
@@ -65,7 +65,7 @@ An existing topic must have a `+"`cleanup.policy`"+` containing `+"`compact`"+`;
 ### When the topic changes under the cache
 
 - **Deleted and created again** under the same name: the next write (franz-go's produce fails on the old topic id, and nothing is sent) or `+"`Refresh`"+` stops the cache with an error naming the topic, the old and new topic ids, and how many keys it held; every later call, `+"`Get`"+` included, returns that error. Until then `+"`Get`"+` serves the values read before, as it does between refreshes. A new process cannot tell a recreated topic from a new one: it starts from what the topic holds, empty. A topic deleted and not (yet) recreated fails each call with "not found" until it is back.
-- **Partitions added**: keys would hash to other partitions, where neither compaction nor the cache orders their old and new values. A running process stops at its next `+"`Refresh`"+` or failed write with an error naming the old and new partition counts; a new process stops at load when it reads a key in a partition its hash does not point to (also what a writer with another partitioner leaves behind). Move the state to a new topic instead.
+- **Partitions added**: keys would hash to other partitions, where neither compaction nor the cache orders their old and new values. A running process stops at its next `+"`Refresh`"+` (or write that fails) with an error naming the old and new partition counts, and until then writes each key to the partition it hashed to before; a new process stops at load when it reads a key in a partition its hash does not point to (also what a writer with another partitioner leaves behind). Move the state to a new topic instead.
 
 ### Permissions
 
