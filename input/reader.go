@@ -565,7 +565,12 @@ func (f *fetchLoop) outOfRange(ctx context.Context, p tp) error {
 		if f.cfg.reset == offsetNone {
 			return &ConfigError{Field: knFieldResetOffset, Err: dl}
 		}
-		f.log.Warnf("%v; continuing from offset %d without re-reading", dl, hwm)
+		// The offsets [hwm, pos) now hold records written after the
+		// truncation: read them, as the Java consumer does once it
+		// finds where the log diverged. Those read before it are gone
+		// from the log.
+		f.log.Warnf("%v; reading on from offset %d (the records now at offsets [%d, %d) are read)", dl, hwm, hwm, pos)
+		f.tr.rewind(p, hwm, time.Now())
 		to = hwm
 	default:
 		// The position is in the log, the consumer's cursor was not: a

@@ -280,6 +280,44 @@ func (t *tracker) advanceLocked(ps *partState, to int64, bytes int64, pending bo
 	return s
 }
 
+// rewind moves p's position back to to after the log was truncated below it
+// (an unclean leader election): the offsets from to on now hold records
+// written after the truncation, which are read next. Spans at or beyond to
+// are dropped (late acks of their batches are ignored) and one straddling it
+// ends there; the acknowledged prefix (so the offset to commit) ends at to at
+// most.
+func (t *tracker) rewind(p tp, to int64, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps, ok := t.parts[p]
+	if !ok || to >= ps.position {
+		return
+	}
+	keep := ps.spans[:0]
+	for _, s := range ps.spans {
+		switch {
+		case s.from >= to:
+			if !s.acked {
+				ps.unackedBytes -= s.bytes
+			}
+			s.owner = nil
+		default:
+			s.to = min(s.to, to)
+			keep = append(keep, s)
+		}
+	}
+	clear(ps.spans[len(keep):])
+	ps.spans = keep
+	ps.position = to
+	ps.ackedTo = min(ps.ackedTo, to)
+	if ps.stop == noStop || to < ps.stop {
+		ps.finished = false
+	}
+	ps.lastAdvance = now
+	t.popLocked(ps)
+	t.notifyLocked()
+}
+
 // ack marks s acknowledged and moves the partition's acked prefix.
 func (t *tracker) ack(p tp, s *span) {
 	t.mu.Lock()

@@ -91,3 +91,29 @@ func TestTrackerIgnoresAcksFromRevokedAssignment(t *testing.T) {
 	tr.ack(p, fresh)
 	assert.Equal(t, int64(8), tr.toCommit()[p])
 }
+
+// rewind (log truncation) drops the spans at or past the new end, cuts the
+// one that straddles it, ignores late acks of dropped spans and keeps the
+// unacknowledged bytes right.
+func TestTrackerRewind(t *testing.T) {
+	p := tp{"t", 0}
+	now := time.Now()
+	tr := newTracker([]*partPlan{{tp: p, start: 0, stop: noStop, committed: -1}}, now)
+	tr.ack(p, tr.advance(p, 3, 5, true, now))
+	mid := tr.advance(p, 6, 5, true, now)
+	late := tr.advance(p, 9, 5, true, now)
+	tr.rewind(p, 4, now)
+	s := tr.snapshots()[0]
+	assert.Equal(t, int64(4), s.position)
+	assert.Equal(t, int64(3), s.ackedTo)
+	assert.Equal(t, int64(5), s.unackedBytes)
+	tr.ack(p, late)
+	assert.Equal(t, int64(3), tr.snapshots()[0].ackedTo, "an ack of a dropped span is ignored")
+	assert.Equal(t, int64(5), tr.snapshots()[0].unackedBytes)
+	tr.ack(p, mid)
+	s = tr.snapshots()[0]
+	assert.Equal(t, int64(4), s.ackedTo, "the straddling span ends at the new end")
+	assert.Equal(t, int64(0), s.unackedBytes)
+	require.NotNil(t, tr.advance(p, 5, 1, false, now), "reading goes on from the new end")
+	assert.Equal(t, map[tp]int64{p: 5}, tr.toCommit())
+}

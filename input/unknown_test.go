@@ -103,3 +103,67 @@ func TestTransientUnknownTopicIsNotFatal(t *testing.T) {
 	default:
 	}
 }
+
+// fakeEndOnce makes kfake answer the next listing of end offsets (timestamp
+// -1) with end for every partition, once each time arm is set.
+func fakeEndOnce(c *kfake.Cluster, end int64, arm *atomic.Bool) {
+	c.ControlKey(kmsg.ListOffsets.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ListOffsetsRequest)
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				if rp.Timestamp != -1 {
+					return nil, nil, false
+				}
+			}
+		}
+		if !arm.CompareAndSwap(true, false) {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.Offset, sp.LeaderEpoch, sp.Timestamp = end, -1, -1
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+// Log truncation (an unclean leader election): a fetch is answered
+// OFFSET_OUT_OF_RANGE and the end of the log is below the position. The
+// input reads on from the new end, so the records that the log holds there
+// after the truncation are read, as the Java consumer does after it detects
+// a truncation (before, the position stayed above them and they were skipped
+// without being counted). kfake cannot truncate a log: the fetch error and
+// the lower end offset are injected, and the records "written after the
+// truncation" are the ones kfake still holds at those offsets.
+func TestTruncationReadsOnFromTheNewEnd(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 10)...)
+	meta, err := e.adm.Metadata(context.Background(), topic)
+	require.NoError(t, err)
+	var armFetch, armEnd atomic.Bool
+	var hits atomic.Int64
+	failFetchOnce(e.fake, topic, meta.Topics[topic].ID, kerr.OffsetOutOfRange.Code, &armFetch, &hits)
+	fakeEndOnce(e.fake, 6, &armEnd)
+	h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\n", topic))
+	h.mustConnect()
+	require.Len(t, h.readN(10, readTimeout), 10)
+	armEnd.Store(true)
+	armFetch.Store(true)
+	again := h.readN(4, readTimeout)
+	var offs []int64
+	for _, g := range again {
+		offs = append(offs, g.Offset)
+	}
+	assert.Equal(t, []int64{6, 7, 8, 9}, offs, "the offsets from the new end are read")
+	assert.Equal(t, int64(10), h.raw.conn.tr.snapshots()[0].position)
+}
