@@ -129,6 +129,7 @@ type bookkeeper struct {
 	log  *service.Logger
 	shut *shutdown.Signaller
 	prog *progress
+	adm  *kadm.Client // for the stall check; nil in tests that build one by hand
 }
 
 func (b *bookkeeper) run(ctx context.Context) {
@@ -137,11 +138,16 @@ func (b *bookkeeper) run(ctx context.Context) {
 	defer cancel()
 	commitTick := time.NewTicker(b.cfg.commitPeriod)
 	defer commitTick.Stop()
-	var progC <-chan time.Time
+	var progC, stallC <-chan time.Time
 	if b.prog != nil && b.cfg.progressLogInterval > 0 {
 		t := time.NewTicker(b.cfg.progressLogInterval)
 		defer t.Stop()
 		progC = t.C
+	}
+	if b.cfg.stallWarning > 0 {
+		t := time.NewTicker(max(b.cfg.stallWarning/4, 100*time.Millisecond))
+		defer t.Stop()
+		stallC = t.C
 	}
 	for {
 		select {
@@ -152,6 +158,8 @@ func (b *bookkeeper) run(ctx context.Context) {
 			b.met.publish(b.tr.snapshots)
 		case <-progC:
 			b.prog.report(b.tr.snapshots(), false)
+		case now := <-stallC:
+			b.checkStalls(ctx, now)
 		}
 	}
 }

@@ -62,8 +62,10 @@ type config struct {
 	maxBatchBytes     int
 	maxPartitionBytes int32
 	maxBufferedBytes  int64
+	maxDecompressed   int
 
 	commitPeriod        time.Duration
+	stallWarning        time.Duration
 	connectTimeout      time.Duration
 	unknownTopicGrace   time.Duration
 	idleProbeInterval   time.Duration
@@ -261,11 +263,15 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 		return nil, err
 	}
 	c.maxBufferedBytes = int64(n)
+	if c.maxDecompressed, err = conf.FieldInt(knFieldMaxDecompressed); err != nil {
+		return nil, err
+	}
 	for _, d := range []struct {
 		field string
 		to    *time.Duration
 	}{
 		{knFieldCommitPeriod, &c.commitPeriod},
+		{knFieldStallWarning, &c.stallWarning},
 		{knFieldConnectTimeout, &c.connectTimeout},
 		{knFieldUnknownTopicGrace, &c.unknownTopicGrace},
 		{knFieldIdleProbeInterval, &c.idleProbeInterval},
@@ -312,6 +318,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("field %s: must be at least 1", knFieldMaxPartitionBytes)
 	case c.maxBufferedBytes < 1:
 		return fmt.Errorf("field %s: must be at least 1", knFieldMaxBufferedBytes)
+	case c.maxDecompressed < 1:
+		return fmt.Errorf("field %s: must be at least 1", knFieldMaxDecompressed)
+	case c.stallWarning < 0:
+		return fmt.Errorf("field %s: must not be negative", knFieldStallWarning)
 	case c.commitPeriod <= 0:
 		return fmt.Errorf("field %s: must be positive", knFieldCommitPeriod)
 	case c.connectTimeout <= 0:

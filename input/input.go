@@ -256,6 +256,7 @@ func (in *kafkaInput) consumerOpts(consume map[string]map[int32]kgo.Offset, memb
 		// them (they are dropped before emitting).
 		kgo.KeepControlRecords(),
 		kgo.FetchMaxPartitionBytes(cfg.maxPartitionBytes),
+		kgo.MaxDecompressBatchBytes(cfg.maxDecompressed),
 		kgo.FetchMaxWait(500*time.Millisecond),
 		// Show UNKNOWN_TOPIC_OR_PARTITION, which kgo strips and retries
 		// silently by default, so that a deleted topic fails after the
@@ -287,7 +288,7 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 	if cfg.bounded() {
 		c.prog = newProgress(in.log, plans, now)
 	}
-	c.book = &bookkeeper{cfg: cfg, tr: c.tr, step: step, met: in.met, log: in.log, shut: c.bookShut, prog: c.prog}
+	c.book = &bookkeeper{cfg: cfg, tr: c.tr, step: step, met: in.met, log: in.log, shut: c.bookShut, prog: c.prog, adm: adm}
 	if c.consumeCl != nil {
 		loop := &fetchLoop{
 			cfg: cfg, cl: c.consumeCl, tr: c.tr, met: in.met, log: in.log,

@@ -493,10 +493,22 @@ func (f *fetchLoop) handleErrors(ctx context.Context, fetches kgo.Fetches) error
 			}
 			f.log.Warnf("%v; continuing from offset %d", dl, loss.ResetTo)
 		default:
-			key := strconv.Quote(err.Error())
-			if t, ok := f.lastErrLog[key]; !ok || time.Since(t) > 10*time.Second {
-				f.lastErrLog[key] = time.Now()
-				f.log.Debugf("Retriable fetch error on %s: %v", p, err)
+			var tooLarge *kgo.ErrDecompressTooLarge
+			if errors.As(err, &tooLarge) {
+				// kgo stops the partition for good: reading the
+				// batch again fails the same way.
+				fatalErr = &ConfigError{Field: knFieldMaxDecompressed, Err: fmt.Errorf(
+					"partition %s: the batch at offset %d (to %d) decompresses to more than %d bytes; raise %s, or start after it",
+					p, tooLarge.Offset, tooLarge.NextOffset-1, f.cfg.maxDecompressed, knFieldMaxDecompressed)}
+				return
+			}
+			now := time.Now()
+			f.tr.update(p, func(ps *partState) { ps.lastErr, ps.lastErrAt = err.Error(), now })
+			key := p.String() + " " + strconv.Quote(err.Error())
+			if t, ok := f.lastErrLog[key]; !ok || now.Sub(t) > 10*time.Second {
+				f.lastErrLog[key] = now
+				pos, _, _ := f.tr.position(p)
+				f.log.Warnf("Fetching %s at offset %d: %v (retried; repeated at most every 10s)", p, pos, err)
 			}
 		}
 	})

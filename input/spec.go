@@ -54,6 +54,8 @@ const (
 	knFieldMaxBatchBytes       = "max_batch_bytes"
 	knFieldMaxPartitionBytes   = "fetch_max_partition_bytes"
 	knFieldMaxBufferedBytes    = "max_buffered_bytes_per_partition"
+	knFieldMaxDecompressed     = "max_decompressed_batch_bytes"
+	knFieldStallWarning        = "stall_warning_interval"
 	knFieldCommitPeriod        = "commit_period"
 	knFieldConnectTimeout      = "connect_timeout"
 	knFieldUnknownTopicGrace   = "unknown_topic_grace_period"
@@ -141,7 +143,7 @@ With a `+"`consumer_group`"+`, offsets are committed after Benthos acknowledged 
 
 ### Errors
 
-Errors that no retry fixes stop the stream with a non-zero exit: authentication and authorization failures, a topic that stays unknown after `+"`unknown_topic_grace_period`"+`, and an out-of-range offset or data loss under `+"`reset_offset: none`"+`. A broker that is unreachable at start is retried.
+Errors that no retry fixes stop the stream with a non-zero exit: authentication and authorization failures, a topic that stays unknown after `+"`unknown_topic_grace_period`"+` (or was deleted and created again), a batch that decompresses past `+"`max_decompressed_batch_bytes`"+`, and an out-of-range offset or data loss under `+"`reset_offset: none`"+`. A broker that is unreachable at start is retried. Other fetch errors are retried and logged as warnings naming the partition and offset (at most every 10s per partition and error), and a partition that makes no progress for `+"`stall_warning_interval`"+` while records are there gets a warning with the reason.
 
 ### Metrics
 
@@ -248,6 +250,14 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 			service.NewIntField(knFieldMaxBufferedBytes).
 				Description("A partition is paused while the bytes it has handed to the pipeline and not yet had acknowledged exceed this bound, and resumed when they drop below it, so one slow or stuck batch cannot grow memory. Default 67108864 (64 MiB).").
 				Default(64<<20).
+				Advanced(),
+			service.NewIntField(knFieldMaxDecompressed).
+				Description("The most bytes one fetched record batch may decompress to. franz-go stops reading a partition at a batch that decompresses to more, since reading it again fails the same way: the stream then fails with an error naming the partition and the batch's offset. Default 1073741824 (1 GiB, franz-go's).").
+				Default(1<<30).
+				Advanced(),
+			service.NewDurationField(knFieldStallWarning).
+				Description("A partition whose position has not moved for this long while records are there (its end offset is past the position) gets a warning naming it and the reason: paused because the pipeline did not acknowledge what it was handed, a fetch error (a batch that cannot be decoded, a broker error), or an open transaction holding the last stable offset under read_committed; repeated at this interval while it lasts. `0s` disables it. Default 1m.").
+				Default("1m").
 				Advanced(),
 			service.NewDurationField(knFieldCommitPeriod).
 				Description("How often acknowledged offsets are committed to the consumer group. Default 1s.").

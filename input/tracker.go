@@ -48,6 +48,12 @@ type partState struct {
 	lost          int64
 	probed        int64 // offsets the probe found empty and consumed
 
+	// lastErr is the last fetch error of the partition and when it came
+	// (for the stall warning); stallWarned is when that last warned.
+	lastErr     string
+	lastErrAt   time.Time
+	stallWarned time.Time
+
 	// fencedAt is the tracker's pollSeq when this tracking began: data
 	// of a PollFetches numbered at or below it was fetched before it
 	// (under an earlier assignment of the partition) and is not its own.
@@ -447,6 +453,8 @@ type snapshot struct {
 	finished, paused                               bool
 	lastAdvance                                    time.Time
 	emitted, lost, probed                          int64
+	lastErr                                        string
+	lastErrAt, stallWarned                         time.Time
 }
 
 func (t *tracker) snapshots() []snapshot {
@@ -460,6 +468,7 @@ func (t *tracker) snapshots() []snapshot {
 			committed: ps.committedSeen, end: ps.end, unackedBytes: ps.unackedBytes,
 			finished: ps.finished, paused: ps.paused, lastAdvance: ps.lastAdvance,
 			emitted: ps.emitted, lost: ps.lost, probed: ps.probed,
+			lastErr: ps.lastErr, lastErrAt: ps.lastErrAt, stallWarned: ps.stallWarned,
 		})
 	}
 	return out
