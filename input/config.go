@@ -81,6 +81,10 @@ func (c *config) defaultReset() string {
 	return offsetEarliest
 }
 
+// commits reports whether the input commits offsets to its group: it has one,
+// and does not stop at its committed offsets (then they are only read).
+func (c *config) commits() bool { return c.group != "" && c.stop != offsetCommitted }
+
 // bounded reports whether the read has stop offsets and ends.
 func (c *config) bounded() bool { return c.stop != offsetNone }
 
@@ -290,6 +294,10 @@ func (c *config) validate() error {
 	switch {
 	case c.start == offsetCommitted && c.group == "":
 		return fmt.Errorf("field %s: committed needs a %s", knFieldStartOffset, knFieldConsumerGroup)
+	case c.stop == offsetCommitted && c.group == "":
+		return fmt.Errorf("field %s: committed needs a %s", knFieldStopOffset, knFieldConsumerGroup)
+	case c.stop == offsetCommitted && c.start == offsetCommitted:
+		return fmt.Errorf("field %s: committed with %s committed reads nothing", knFieldStopOffset, knFieldStartOffset)
 	case c.reset == offsetNone && c.start != offsetCommitted && c.start != offsetSpecific:
 		return fmt.Errorf("field %s: none applies only to %s committed or specific", knFieldResetOffset, knFieldStartOffset)
 	case c.start == offsetSpecific && len(c.startOffsets) == 0:

@@ -34,18 +34,23 @@ func (e *UnknownTopicError) Unwrap() error { return e.Err }
 // range under reset_offset none.
 type OffsetResetError struct {
 	TP     tp
-	Start  string
+	Start  string // the start_offset (stop_offset if Stop) value
+	Stop   bool   // a committed stop
 	Reason string
 	// Implicit: reset_offset was not written (none is the default of a
-	// committed start).
+	// committed start and the only way of a committed stop).
 	Implicit bool
 }
 
 func (e *OffsetResetError) Error() string {
-	if e.Implicit {
-		return fmt.Sprintf("partition %s: start_offset %s: %s, and reset_offset is not set (with start_offset committed that means none: set reset_offset earliest or latest to start such partitions there)", e.TP, e.Start, e.Reason)
+	field, verb := knFieldStartOffset, "start"
+	if e.Stop {
+		field, verb = knFieldStopOffset, "stop"
 	}
-	return fmt.Sprintf("partition %s: start_offset %s: %s, and reset_offset is none", e.TP, e.Start, e.Reason)
+	if e.Implicit {
+		return fmt.Sprintf("partition %s: %s %s: %s, and reset_offset is not set (set reset_offset earliest or latest to %s such partitions there)", e.TP, field, e.Start, e.Reason, verb)
+	}
+	return fmt.Sprintf("partition %s: %s %s: %s, and reset_offset is none", e.TP, field, e.Start, e.Reason)
 }
 
 // ConfigError is a config that only the brokers' view shows to be unusable.

@@ -77,7 +77,7 @@ func newInputFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*ka
 	}
 	cfg.conn.LogWarnings(mgr.Logger())
 	in := &kafkaInput{cfg: cfg, mgr: mgr, log: mgr.Logger(), met: newInputMetrics(mgr.Metrics())}
-	if cfg.group != "" {
+	if cfg.commits() {
 		in.newCommitter = func(adm *kadm.Client) OffsetCommitter {
 			return &handoverCommitter{res: mgr, group: cfg.group, direct: &groupCommitter{adm: adm, group: cfg.group}}
 		}
@@ -185,7 +185,9 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 	}
 	// Before the first fetch: the output that commits this group's
 	// offsets learns where every partition's run begins.
-	handOverStarts(in.mgr, cfg.group, plans)
+	if cfg.commits() {
+		handOverStarts(in.mgr, cfg.group, plans)
+	}
 	if cfg.membership {
 		c.member = &groupMember{cfg: cfg, res: in.mgr, adm: adm, tr: c.tr, met: in.met, log: in.log, fail: func(err error) { c.fail(err) }}
 	}
@@ -225,7 +227,7 @@ func (in *kafkaInput) preflight(ctx context.Context, adm *kadm.Client) ([]*partP
 	if err != nil {
 		return nil, err
 	}
-	if cfg.group != "" && !l.groupReadKnown && !takeover && len(plans) > 0 {
+	if cfg.commits() && !l.groupReadKnown && !takeover && len(plans) > 0 {
 		// A new group: prove the commits will be allowed before
 		// reading, rather than at the final commit.
 		if err := checkCommitAccess(pctx, adm, cfg.group, plans[0]); err != nil {

@@ -130,8 +130,10 @@ func (c *config) list(ctx context.Context, adm *kadm.Client, log *service.Logger
 		if err = l.committed.Error(); err != nil {
 			return nil, nil, fmt.Errorf("fetching the committed offsets of group %s: %w", c.group, err)
 		}
-		if l.groupReadKnown, err = checkGroupRead(ctx, adm, c.group); err != nil {
-			return nil, nil, err
+		if c.commits() {
+			if l.groupReadKnown, err = checkGroupRead(ctx, adm, c.group); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	return l, parts, nil
@@ -406,6 +408,26 @@ func (c *config) resolveStop(pp *partPlan, stopTS kadm.ListedOffsets) error {
 			return &ConfigError{Field: knFieldStopOffsets, Err: fmt.Errorf("no stop offset for %s", pp.tp)}
 		}
 		pp.stop = o
+	case offsetCommitted:
+		reason := "no committed offset"
+		if pp.committed >= 0 {
+			if pp.committed >= pp.logStart && pp.committed <= pp.hwm {
+				pp.stop = pp.committed
+				return nil
+			}
+			reason = fmt.Sprintf("offset %d is outside the log [%d, %d]", pp.committed, pp.logStart, pp.hwm)
+		}
+		// Only an explicit reset_offset says where to stop instead:
+		// its default for a non-committed start (earliest) would read
+		// nothing of the partition without a word.
+		switch {
+		case c.resetSet && c.reset == offsetEarliest:
+			pp.stop = pp.logStart
+		case c.resetSet && c.reset == offsetLatest:
+			pp.stop = pp.end
+		default:
+			return &OffsetResetError{TP: pp.tp, Start: c.stop, Stop: true, Reason: reason, Implicit: !c.resetSet}
+		}
 	}
 	return nil
 }

@@ -225,7 +225,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		}
 		if pending && sp != nil {
 			f.tr.update(p, func(ps *partState) { ps.emitted += emitted })
-			if f.cfg.group != "" {
+			if f.cfg.commits() {
 				s := handover.Span{Topic: p.Topic, Partition: p.Partition, From: sp.from, To: sp.to, Generation: -1}
 				if f.cfg.membership {
 					s.MemberID, s.Generation = f.cl.GroupMetadata()

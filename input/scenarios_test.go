@@ -43,6 +43,7 @@ var scenarios = []struct {
 	{"HeadersNeverOverwriteMetadata", scenarioHeadersNeverOverwriteMetadata},
 	{"CommittedStartResets", scenarioCommittedStartResets},
 	{"SpecificStartFallsBackToCommitted", scenarioSpecificStartFallsBackToCommitted},
+	{"StopAtCommitted", scenarioStopAtCommitted},
 	{"NackedBatchReplayedNeverCommittedPast", scenarioNackReplay},
 	{"UnboundedMultiPartition", scenarioUnboundedMultiPartition},
 	{"UnboundedDataLoss", scenarioUnboundedDataLoss},
@@ -549,6 +550,47 @@ stop_offset: latest
 			assert.Contains(t, err.Error(), "reset_offset")
 		})
 	}
+}
+
+// stop_offset committed: each partition stops at the group's committed
+// offset listed before its first fetch (Flink's committedOffsets() as the
+// stopping initializer). The group is only read: its offsets are the stops,
+// and the input commits nothing to it. A partition with no committed offset
+// fails the stream unless reset_offset says where to stop instead.
+func scenarioStopAtCommitted(t *testing.T, e *env) {
+	topic := e.topic(t, 2)
+	e.produce(t, topic, 0, vals("a", 5)...)
+	e.produce(t, topic, 1, vals("b", 3)...)
+	group := uniq(t, "g")
+	e.commit(t, group, topic, 0, 3)
+	conf := func(extra string) string {
+		return fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: committed\ncommit_period: 10ms\n%s", topic, group, extra)
+	}
+	t.Run("missing", func(t *testing.T) {
+		h := e.newInput(t, conf(""))
+		err := h.connect()
+		var re *OffsetResetError
+		require.ErrorAs(t, err, &re)
+		assert.Contains(t, err.Error(), topic+":1")
+	})
+	e.commit(t, group, topic, 1, 1)
+	h := e.newInput(t, conf(""))
+	h.mustConnect()
+	bp := byPartition(h.readAll(readTimeout))
+	assert.Equal(t, []string{"a0", "a1", "a2"}, bp[0])
+	assert.Equal(t, []string{"b0"}, bp[1])
+	assert.Equal(t, int64(3), e.committed(t, group, topic, 0), "the group's offsets are only read")
+	assert.Equal(t, int64(1), e.committed(t, group, topic, 1))
+
+	t.Run("reset latest", func(t *testing.T) {
+		g2 := uniq(t, "g")
+		e.commit(t, g2, topic, 0, 2)
+		h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: committed\nreset_offset: latest\n", topic, g2))
+		h.mustConnect()
+		bp := byPartition(h.readAll(readTimeout))
+		assert.Equal(t, []string{"a0", "a1"}, bp[0])
+		assert.Equal(t, strs(vals("b", 3)), bp[1], "no committed offset: stops at the end (reset_offset latest)")
+	})
 }
 
 // start_offset specific with a partition missing from start_offsets: the

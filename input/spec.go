@@ -99,6 +99,8 @@ let heartbeat = (this.heartbeat_interval | "3s").parse_duration().catch(0)
 let revoke = (this.revoke_ack_timeout | "10s").parse_duration().catch(0)
 root = match {
   $start == "committed" && $group == "" => [ "start_offset committed needs a consumer_group: the committed offsets are the group's" ],
+  $stop == "committed" && $group == "" => [ "stop_offset committed needs a consumer_group: the committed offsets are the group's" ],
+  $stop == "committed" && $start == "committed" => [ "start_offset committed with stop_offset committed reads nothing: start elsewhere (earliest, a timestamp, specific offsets)" ],
   $reset == "none" && $start != "committed" && $start != "specific" => [ "reset_offset none applies only to start_offset committed or specific" ],
   $start == "specific" && (this.start_offsets | {}).keys().length() == 0 => [ "start_offset specific needs start_offsets" ],
   $stop == "specific" && (this.stop_offsets | {}).keys().length() == 0 => [ "stop_offset specific needs stop_offsets" ],
@@ -176,7 +178,7 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Example([]string{"orders"}).
 				Example([]string{"orders:0", "orders:2", "payments"}),
 			service.NewStringField(knFieldConsumerGroup).
-				Description("The consumer group whose offsets are read for `start_offset: committed` and to which offsets are committed after ack. Empty (the default) means no group: nothing is committed, and no group is ever invented.").
+				Description("The consumer group whose offsets are read for `start_offset: committed` (and `stop_offset: committed`) and to which offsets are committed after ack (except with `stop_offset: committed`, which only reads them). Empty (the default) means no group: nothing is committed, and no group is ever invented.").
 				Default(""),
 			service.NewBoolField(knFieldGroupMembership).
 				Description("Join `consumer_group` as a member, so that several processes with the same group share the partitions of `topics` (the group balances them). Only for unbounded reads (`stop_offset: none`) starting at `start_offset: committed` from whole topics. On a revoke the input waits up to `revoke_ack_timeout` for the batches of the revoked partitions to be acknowledged, commits synchronously and lets them go; acknowledgements that arrive later are ignored (the new owner reads those records again: at-least-once, or exactly-once with a `kafka_eos` output committing this group's offsets, which then finishes the epochs holding the revoked partitions' records before the rebalance goes on and drops their later batches). A lost partition (session expired) commits nothing. Default false: partitions are assigned directly and the group is only an offset store.").
@@ -213,8 +215,8 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 			kafkaconf.EnumField(knFieldResetOffset, offsetEarliest, offsetLatest, offsetNone).
 				Description("What a `committed` or `specific` start does for a partition with no committed (or given) offset, or with one outside the log: `earliest` (start at the log start), `latest` (at the end), or `none`, which fails the stream with an error naming the partition. Not set, it is `none` with `start_offset: committed` (as Flink's committed-offsets initializer and Redpanda Connect's `committed` start: a new or mistyped group fails instead of re-reading the whole topic; set `earliest` to start a new group at the log start) and `earliest` otherwise. Every partition that falls back is logged with the reason and its start. Under `none`, data loss found while reading (the log start moved past the position) is fatal too; otherwise it is logged and counted.").
 				Optional(),
-			kafkaconf.EnumField(knFieldStopOffset, offsetNone, offsetLatest, offsetTimestamp, offsetSpecific).
-				Description("Where to stop: `none` (the default) reads forever; `latest` stops at the end of each partition as listed before its first fetch (the last stable offset under read_committed, see `stop_at_high_watermark`); `timestamp` stops at the first offset whose timestamp is at or after `stop_timestamp_ms` (the end of the log listed at start when there is none); `specific` stops at the offsets in `stop_offsets`. The stop itself is not read. With a stop the input ends once every partition reached it and every batch was acknowledged.").
+			kafkaconf.EnumField(knFieldStopOffset, offsetNone, offsetLatest, offsetTimestamp, offsetSpecific, offsetCommitted).
+				Description("Where to stop: `none` (the default) reads forever; `latest` stops at the end of each partition as listed before its first fetch (the last stable offset under read_committed, see `stop_at_high_watermark`); `timestamp` stops at the first offset whose timestamp is at or after `stop_timestamp_ms` (the end of the log listed at start when there is none); `specific` stops at the offsets in `stop_offsets`; `committed` stops at the committed offsets of `consumer_group` listed before the first fetch (Flink's `committedOffsets()` as the stopping offsets), and then the group is only read, never committed to (its offsets are the stops); a partition without a committed offset fails the stream unless `reset_offset` is set (`earliest`: stop at the log start, `latest`: at the end). The stop itself is not read. With a stop the input ends once every partition reached it and every batch was acknowledged.").
 				Default(offsetNone),
 			service.NewIntMapField(knFieldStopOffsets).
 				Description("Stop offsets per partition for `stop_offset: specific`, keyed `topic:partition`; every partition read needs one. A stop above the current end of the log waits for the records to be written.").
