@@ -272,6 +272,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		}
 	}
 	ep.advance(txnstate.PhaseCommitted)
+	o.unknownTopic.reset()
 	if o.k2k != nil {
 		o.k2k.commitDone(spans, offs)
 	}
@@ -490,6 +491,10 @@ func (o *output) setTxnVersion(s *slot, rec txnstate.Record, seen txnstate.TxnVe
 func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepared bool, rec ...txnstate.Record) {
 	if isAuthErr(cause) {
 		o.stop(fmt.Errorf("kafka_eos: %q: %w", ep.slot.id, cause), true)
+		return
+	}
+	if err := o.unknownTopic.observe(cause, time.Now(), o.conf.unknownTopicGrace); err != nil {
+		o.stop(err, true)
 		return
 	}
 	s := ep.slot

@@ -45,6 +45,8 @@ type config struct {
 	arrowTimestamps bool
 	// dedupe is set in dedupe mode.
 	dedupe *dedupeConf
+	// unknownTopicGrace bounds one outage of unknown-topic failures.
+	unknownTopicGrace time.Duration
 }
 
 // dedupeConf is the dedupe block: how to read a message's key and position.
@@ -205,6 +207,12 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 		c.override = txnstate.ForceCommitted
 	case keoOverrideForceAborted:
 		c.override = txnstate.ForceAborted
+	}
+	if c.unknownTopicGrace, err = conf.FieldDuration(keoFieldUnknownTopicGrace); err != nil {
+		return nil, fieldErr(keoFieldUnknownTopicGrace, err)
+	}
+	if c.unknownTopicGrace <= 0 {
+		return nil, fieldErr(keoFieldUnknownTopicGrace, fmt.Errorf("must be positive, got %v", c.unknownTopicGrace))
 	}
 	if c.batching, err = conf.FieldBatchPolicy(keoFieldBatching); err != nil {
 		return nil, fieldErr(keoFieldBatching, err)

@@ -32,11 +32,13 @@ import (
 )
 
 type output struct {
-	conf  *config
-	res   *service.Resources
-	log   *service.Logger
-	m     *metrics
-	store *stateStore
+	conf *config
+	// unknownTopic bounds how long epochs may abort on a missing topic.
+	unknownTopic unknownTopicClock
+	res          *service.Resources
+	log          *service.Logger
+	m            *metrics
+	store        *stateStore
 
 	// clientOpts are appended to every client's options (tests: a logger,
 	// kfake versions).

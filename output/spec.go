@@ -41,6 +41,7 @@ const (
 	keoFieldConsumerGroup     = "consumer_group"
 	keoFieldInputFormat       = "input_format"
 	keoFieldArrowTimestamps   = "arrow_timestamps"
+	keoFieldUnknownTopicGrace = "unknown_topic_grace_period"
 	keoInputFormatAuto        = "auto"
 	keoInputFormatMessage     = "message"
 	keoInputFormatArrow       = "arrow"
@@ -398,6 +399,10 @@ finished).
 			).
 				Description("Dedupe mode: exactly-once end to end for inputs that replay unacknowledged messages in order (a file read from the start, a Kafka topic without a consumer group, a sequence). Each epoch stores, with its recovery identity at PREPARE, the highest position it wrote per key; once it committed these are the committed positions. A message at or below its key's committed position, or at or below a position already written by an epoch still in flight, is acknowledged and dropped, never produced again (metric `kafka_eos_dedupe_dropped`). At start an epoch left open between PREPARE and its commit is resumed (committed) and its positions applied. Needs `max_in_flight: 1` and, in the pipeline, `threads: 1`: positions are compared in the order the messages reach the output. Mutually exclusive with `consumer_group`.").
 				Optional().
+				Advanced(),
+			service.NewDurationField(keoFieldUnknownTopicGrace).
+				Description("How long records may keep failing because their topic or partition is unknown to the brokers (each such failure aborts the epoch and the batch is replayed) before the pipeline stops (connect-eos exits 3) with an error naming the topic. It measures one outage, from the first such failure after the last committed epoch; a committed epoch ends it. The error is raised at the first failure past this period (Benthos backs off between replays, so that can be some seconds later). The same default as `kafka_native`'s. Default 30s.").
+				Default("30s").
 				Advanced(),
 			service.NewBatchPolicyField(keoFieldBatching),
 		).

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
 )
@@ -114,4 +115,35 @@ func TestCheckConfigInCLI(t *testing.T) {
 
 	p = startBin(t, "run", writeConfig(t, crossConfig("copy", "copy", plainCache)))
 	p.waitOutput(t, `kafka_state \"state\": sasl.mechanism PLAIN without tls.enabled`)
+}
+
+// TestMissingOutputTopicFatal: records to a topic that does not exist abort
+// their epochs; after unknown_topic_grace_period of that the pipeline stops
+// with exit code 3 and an error naming the topic (it used to retry forever,
+// while the input stops after its own grace period).
+func TestMissingOutputTopicFatal(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	p := startBin(t, "run", writeConfig(t, fmt.Sprintf(`
+http: { enabled: false }
+input:
+  generate: { mapping: 'root = "x"', interval: 50ms }
+output:
+  kafka_eos:
+    seed_brokers: [ %q ]
+    topic: no_such_topic
+    transactional_id: missing
+    state_cache: state
+    unknown_topic_grace_period: 2s
+cache_resources:
+  - label: state
+    memory: {}
+`, cluster.ListenAddrs()[0])))
+	require.Equal(t, ExitFatal, p.wait(t))
+	exit := scanLines(p.output(), "connect-eos: exit code 3 after a fatal error:")
+	require.Len(t, exit, 1)
+	require.Contains(t, exit[0], `topic "no_such_topic"`)
+	require.Contains(t, exit[0], "UNKNOWN_TOPIC_OR_PARTITION")
+	require.Contains(t, exit[0], "for longer than unknown_topic_grace_period 2s")
 }
