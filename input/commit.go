@@ -130,6 +130,7 @@ type bookkeeper struct {
 	shut *shutdown.Signaller
 	prog *progress
 	adm  *kadm.Client // for the stall check; nil in tests that build one by hand
+	disc *discoverer  // nil unless an unbounded read with direct assignment discovers partitions
 }
 
 func (b *bookkeeper) run(ctx context.Context) {
@@ -143,6 +144,12 @@ func (b *bookkeeper) run(ctx context.Context) {
 		t := time.NewTicker(b.cfg.progressLogInterval)
 		defer t.Stop()
 		progC = t.C
+	}
+	var discC <-chan time.Time
+	if b.disc != nil {
+		t := time.NewTicker(b.cfg.discovery)
+		defer t.Stop()
+		discC = t.C
 	}
 	if b.cfg.stallWarning > 0 {
 		t := time.NewTicker(max(b.cfg.stallWarning/4, 100*time.Millisecond))
@@ -160,6 +167,8 @@ func (b *bookkeeper) run(ctx context.Context) {
 			b.prog.report(b.tr.snapshots(), false)
 		case now := <-stallC:
 			b.checkStalls(ctx, now)
+		case <-discC:
+			b.disc.discover(ctx)
 		}
 	}
 }

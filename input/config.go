@@ -3,6 +3,7 @@ package input
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,7 +35,10 @@ type config struct {
 	conn *kafkaconf.Conn
 
 	topics        map[string]*topicSel
-	topicOrder    []string
+	topicOrder    []string // the topics read, sorted; the patterns with regexp_topics
+	regexpTopics  bool
+	patterns      []*regexp.Regexp // regexp_topics: anchored, matched against whole names
+	discovery     time.Duration    // partition_discovery_interval (unbounded reads)
 	group         string
 	membership    bool
 	revokeTimeout time.Duration
@@ -85,6 +89,10 @@ func (c *config) defaultReset() string {
 // and does not stop at its committed offsets (then they are only read).
 func (c *config) commits() bool { return c.group != "" && c.stop != offsetCommitted }
 
+// discovers reports whether the read adds partitions found after its start:
+// unbounded, assigned directly, with partition_discovery_interval set.
+func (c *config) discovers() bool { return !c.bounded() && !c.membership && c.discovery > 0 }
+
 // bounded reports whether the read has stop offsets and ends.
 func (c *config) bounded() bool { return c.stop != offsetNone }
 
@@ -124,6 +132,123 @@ func parseTPMap(conf *service.ParsedConfig, field string) (map[tp]int64, error) 
 	return out, nil
 }
 
+// maxRangePartitions bounds a partition range of a topics entry.
+const maxRangePartitions = 100000
+
+// parseTopicEntry parses one topics entry (commas already split): `name`,
+// `name:P` or `name:A-B` (partitions A to B, both included). A topic name may
+// not hold a colon (Kafka allows only [a-zA-Z0-9._-]), so the last colon
+// splits.
+func parseTopicEntry(e string) (name string, parts []int32, err error) {
+	i := strings.LastIndexByte(e, ':')
+	if i < 0 {
+		return e, nil, nil
+	}
+	name, spec := e[:i], e[i+1:]
+	if name == "" || spec == "" {
+		return "", nil, fmt.Errorf("%q is not topic, topic:partition or topic:first-last", e)
+	}
+	from, to, isRange := strings.Cut(spec, "-")
+	a, errA := strconv.ParseInt(from, 10, 32)
+	b := a
+	var errB error
+	if isRange {
+		b, errB = strconv.ParseInt(to, 10, 32)
+	}
+	switch {
+	case errA != nil || errB != nil || a < 0 || b < 0:
+		return "", nil, fmt.Errorf("%q: partition %q is not a non-negative number or range", e, spec)
+	case b < a:
+		return "", nil, fmt.Errorf("%q: the range %d-%d is empty", e, a, b)
+	case b-a >= maxRangePartitions:
+		return "", nil, fmt.Errorf("%q: the range %d-%d is longer than %d partitions", e, a, b, maxRangePartitions)
+	}
+	for p := a; p <= b; p++ {
+		parts = append(parts, int32(p))
+	}
+	return name, parts, nil
+}
+
+// parseTopics reads topics and regexp_topics.
+func (c *config) parseTopics(conf *service.ParsedConfig) error {
+	entries, err := conf.FieldStringList(knFieldTopics)
+	if err != nil {
+		return err
+	}
+	if c.regexpTopics, err = conf.FieldBool(knFieldRegexpTopics); err != nil {
+		return err
+	}
+	for _, raw := range entries {
+		if c.regexpTopics {
+			// One expression per entry: a comma may be part of it
+			// (orders-[0-9]{1,3}).
+			e := strings.TrimSpace(raw)
+			if e == "" {
+				continue
+			}
+			re, err := regexp.Compile(`^(?:` + e + `)$`)
+			if err != nil {
+				return fmt.Errorf("field %s: %q is no regular expression: %w", knFieldTopics, e, err)
+			}
+			c.patterns = append(c.patterns, re)
+			c.topicOrder = append(c.topicOrder, e)
+			continue
+		}
+		for _, e := range strings.Split(raw, ",") {
+			e = strings.TrimSpace(e)
+			if e == "" {
+				continue
+			}
+			name, parts, err := parseTopicEntry(e)
+			if err != nil {
+				return fmt.Errorf("field %s: %w", knFieldTopics, err)
+			}
+			ts, ok := c.topics[name]
+			if !ok {
+				ts = &topicSel{partitions: map[int32]bool{}}
+				c.topics[name] = ts
+				c.topicOrder = append(c.topicOrder, name)
+			}
+			if parts == nil {
+				ts.all = true
+			}
+			for _, p := range parts {
+				ts.partitions[p] = true
+			}
+		}
+	}
+	if len(c.topicOrder) == 0 {
+		return fmt.Errorf("field %s: at least one topic is required", knFieldTopics)
+	}
+	for name, ts := range c.topics {
+		if ts.all && len(ts.partitions) > 0 {
+			return fmt.Errorf("field %s: topic %s is listed both whole and with pinned partitions", knFieldTopics, name)
+		}
+	}
+	sort.Strings(c.topicOrder)
+	return nil
+}
+
+// matches reports whether topic is read under regexp_topics: a pattern
+// matches its whole name.
+func (c *config) matches(topic string) bool {
+	for _, re := range c.patterns {
+		if re.MatchString(topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// selOf returns how topic is read: its entries, or whole when a pattern
+// matched it.
+func (c *config) selOf(topic string) *topicSel {
+	if ts, ok := c.topics[topic]; ok {
+		return ts
+	}
+	return &topicSel{all: true}
+}
+
 func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 	c := &config{topics: map[string]*topicSel{}}
 	var err error
@@ -131,44 +256,9 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 		return nil, err
 	}
 
-	entries, err := conf.FieldStringList(knFieldTopics)
-	if err != nil {
+	if err := c.parseTopics(conf); err != nil {
 		return nil, err
 	}
-	for _, e := range entries {
-		e = strings.TrimSpace(e)
-		if e == "" {
-			continue
-		}
-		name, sel := e, (*tp)(nil)
-		if strings.Contains(e, ":") {
-			p, err := parseTP(e)
-			if err != nil {
-				return nil, fmt.Errorf("field %s: %w", knFieldTopics, err)
-			}
-			name, sel = p.Topic, &p
-		}
-		ts, ok := c.topics[name]
-		if !ok {
-			ts = &topicSel{partitions: map[int32]bool{}}
-			c.topics[name] = ts
-			c.topicOrder = append(c.topicOrder, name)
-		}
-		if sel == nil {
-			ts.all = true
-		} else {
-			ts.partitions[sel.Partition] = true
-		}
-	}
-	if len(c.topics) == 0 {
-		return nil, fmt.Errorf("field %s: at least one topic is required", knFieldTopics)
-	}
-	for name, ts := range c.topics {
-		if ts.all && len(ts.partitions) > 0 {
-			return nil, fmt.Errorf("field %s: topic %s is listed both whole and with pinned partitions", knFieldTopics, name)
-		}
-	}
-	sort.Strings(c.topicOrder)
 
 	if c.group, err = conf.FieldString(knFieldConsumerGroup); err != nil {
 		return nil, err
@@ -275,6 +365,7 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 		to    *time.Duration
 	}{
 		{knFieldCommitPeriod, &c.commitPeriod},
+		{knFieldDiscovery, &c.discovery},
 		{knFieldStallWarning, &c.stallWarning},
 		{knFieldConnectTimeout, &c.connectTimeout},
 		{knFieldUnknownTopicGrace, &c.unknownTopicGrace},
@@ -328,6 +419,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("field %s: must be at least 1", knFieldMaxBufferedBytes)
 	case c.maxDecompressed < 1:
 		return fmt.Errorf("field %s: must be at least 1", knFieldMaxDecompressed)
+	case c.discovery < 0:
+		return fmt.Errorf("field %s: must not be negative", knFieldDiscovery)
 	case c.stallWarning < 0:
 		return fmt.Errorf("field %s: must not be negative", knFieldStallWarning)
 	case c.commitPeriod <= 0:
@@ -349,6 +442,12 @@ func (c *config) validate() error {
 		offs  map[tp]int64
 	}{{knFieldStartOffsets, c.startOffsets}, {knFieldStopOffsets, c.stopOffsets}} {
 		for p := range m.offs {
+			if c.regexpTopics {
+				if !c.matches(p.Topic) {
+					return fmt.Errorf("field %s: %s: no pattern of %s matches the topic", m.field, p, knFieldTopics)
+				}
+				continue
+			}
 			ts, ok := c.topics[p.Topic]
 			if !ok || (!ts.all && !ts.partitions[p.Partition]) {
 				return fmt.Errorf("field %s: %s is not among the partitions read (field %s)", m.field, p, knFieldTopics)

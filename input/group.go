@@ -78,18 +78,34 @@ func (g *groupMember) Assignment(topic string, partition int32) (uint64, int32, 
 }
 
 func (g *groupMember) opts() []kgo.Opt {
-	return []kgo.Opt{
+	var topics []kgo.Opt
+	if g.cfg.regexpTopics {
+		// kgo matches a pattern anywhere in a name: use the anchored
+		// ones, so that the group reads what a direct read would.
+		var res []string
+		for _, re := range g.cfg.patterns {
+			res = append(res, re.String())
+		}
+		topics = append(topics, kgo.ConsumeRegex(), kgo.ConsumeTopics(res...))
+	} else {
+		topics = append(topics, kgo.ConsumeTopics(g.cfg.topicOrder...))
+	}
+	if g.cfg.discovery > 0 {
+		// New partitions and matching topics are found at metadata
+		// refreshes.
+		topics = append(topics, kgo.MetadataMinAge(min(g.cfg.discovery, 5*time.Second)), kgo.MetadataMaxAge(min(g.cfg.discovery, time.Hour)))
+	}
+	return append(topics,
 		kgo.ConsumerGroup(g.cfg.group),
 		kgo.SessionTimeout(g.cfg.session),
 		kgo.RebalanceTimeout(g.cfg.rebalance),
 		kgo.HeartbeatInterval(g.cfg.heartbeat),
-		kgo.ConsumeTopics(g.cfg.topicOrder...),
 		kgo.DisableAutoCommit(),
 		kgo.OnPartitionsAssigned(g.assigned),
 		kgo.AdjustFetchOffsetsFn(g.adjust),
 		kgo.OnPartitionsRevoked(g.revoked),
 		kgo.OnPartitionsLost(g.lost),
-	}
+	)
 }
 
 func toTPs(m map[string][]int32) []tp {

@@ -191,7 +191,7 @@ func (in *kafkaInput) connect(ctx context.Context) (_ *connection, err error) {
 	if cfg.membership {
 		c.member = &groupMember{cfg: cfg, res: in.mgr, adm: adm, tr: c.tr, met: in.met, log: in.log, fail: func(err error) { c.fail(err) }}
 	}
-	if len(consume) > 0 || c.member != nil {
+	if len(consume) > 0 || c.member != nil || cfg.discovers() {
 		if c.consumeCl, err = kgo.NewClient(in.consumerOpts(consume, c.member)...); err != nil {
 			return nil, &ConfigError{Field: "seed_brokers", Err: err}
 		}
@@ -291,6 +291,9 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 		c.prog = newProgress(in.log, plans, now)
 	}
 	c.book = &bookkeeper{cfg: cfg, tr: c.tr, step: step, met: in.met, log: in.log, shut: c.bookShut, prog: c.prog, adm: adm}
+	if cfg.discovers() {
+		c.book.disc = &discoverer{cfg: cfg, adm: adm, cl: c.consumeCl, tr: c.tr, res: in.mgr, log: in.log}
+	}
 	if c.consumeCl != nil {
 		loop := &fetchLoop{
 			cfg: cfg, cl: c.consumeCl, tr: c.tr, met: in.met, log: in.log,

@@ -51,12 +51,43 @@ type listing struct {
 	// groupReadKnown is whether checkGroupRead could tell that the client
 	// may commit the group's offsets.
 	groupReadKnown bool
+	// topics are the topics read, sorted: those listed, or those the
+	// patterns of regexp_topics matched.
+	topics []string
 }
 
-// partitionsOf returns the partitions read, in order, from the metadata.
-func (c *config) partitionsOf(meta kadm.Metadata) ([]tp, error) {
+// topicMetadata returns the metadata of the topics read and their names:
+// the listed topics, or, with regexp_topics, every topic (internal ones
+// excepted) whose whole name a pattern matches.
+func (c *config) topicMetadata(ctx context.Context, adm *kadm.Client) (kadm.Metadata, []string, error) {
+	if !c.regexpTopics {
+		meta, err := adm.Metadata(ctx, c.topicOrder...)
+		if err != nil {
+			// kadm turns a topic's TOPIC_AUTHORIZATION_FAILED into an
+			// error for the whole request, without the topic: name them.
+			return meta, nil, fmt.Errorf("metadata of topics %s: %w", strings.Join(c.topicOrder, ", "), err)
+		}
+		return meta, c.topicOrder, nil
+	}
+	meta, err := adm.Metadata(ctx) // every topic
+	if err != nil {
+		return meta, nil, fmt.Errorf("metadata of all topics (%s): %w", knFieldRegexpTopics, err)
+	}
+	var names []string
+	for name, td := range meta.Topics {
+		if !td.IsInternal && td.Err == nil && c.matches(name) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return meta, names, nil
+}
+
+// partitionsOf returns the partitions of topics read, in order, from the
+// metadata.
+func (c *config) partitionsOf(meta kadm.Metadata, topics []string) ([]tp, error) {
 	var out []tp
-	for _, topic := range c.topicOrder {
+	for _, topic := range topics {
 		td, ok := meta.Topics[topic]
 		if !ok {
 			return nil, &UnknownTopicError{Topic: topic, Partition: -1, Err: kerr.UnknownTopicOrPartition}
@@ -67,7 +98,7 @@ func (c *config) partitionsOf(meta kadm.Metadata) ([]tp, error) {
 			}
 			return nil, fmt.Errorf("topic %s metadata: %w", topic, td.Err)
 		}
-		sel := c.topics[topic]
+		sel := c.selOf(topic)
 		if sel.all {
 			for _, pd := range td.Partitions.Sorted() {
 				out = append(out, tp{topic, pd.Partition})
@@ -95,30 +126,33 @@ func (c *config) partitionsOf(meta kadm.Metadata) ([]tp, error) {
 func (c *config) list(ctx context.Context, adm *kadm.Client, log *service.Logger) (*listing, []tp, error) {
 	l := &listing{}
 	var err error
-	if l.meta, err = adm.Metadata(ctx, c.topicOrder...); err != nil {
-		// kadm turns a topic's TOPIC_AUTHORIZATION_FAILED into an
-		// error for the whole request, without the topic: name them.
-		return nil, nil, fmt.Errorf("metadata of topics %s: %w", strings.Join(c.topicOrder, ", "), err)
+	if l.meta, l.topics, err = c.topicMetadata(ctx, adm); err != nil {
+		return nil, nil, err
 	}
-	parts, err := c.partitionsOf(l.meta)
+	parts, err := c.partitionsOf(l.meta, l.topics)
 	if err != nil {
 		return nil, nil, err
 	}
-	if l.logStarts, err = listOK(adm.ListStartOffsets(ctx, c.topicOrder...)); err != nil {
+	if len(l.topics) == 0 {
+		// No topic matched (yet): listing offsets of no topics would
+		// list every topic's.
+		return l, nil, nil
+	}
+	if l.logStarts, err = listOK(adm.ListStartOffsets(ctx, l.topics...)); err != nil {
 		return nil, nil, fmt.Errorf("listing log start offsets: %w", err)
 	}
-	if l.hwms, err = listOK(adm.ListEndOffsets(ctx, c.topicOrder...)); err != nil {
+	if l.hwms, err = listOK(adm.ListEndOffsets(ctx, l.topics...)); err != nil {
 		return nil, nil, fmt.Errorf("listing end offsets (high watermarks): %w", err)
 	}
 	if c.readCommitted {
 		// Despite its name, ListCommittedOffsets lists with
 		// read_committed isolation: it returns the last stable offset.
-		if l.lsos, err = listOK(adm.ListCommittedOffsets(ctx, c.topicOrder...)); err != nil {
+		if l.lsos, err = listOK(adm.ListCommittedOffsets(ctx, l.topics...)); err != nil {
 			return nil, nil, fmt.Errorf("listing last stable offsets: %w", err)
 		}
 	}
 	if c.group != "" {
-		l.committed, err = fetchStable(ctx, adm, c.group, c.topicOrder, log)
+		l.committed, err = fetchStable(ctx, adm, c.group, l.topics, log)
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			// kfake answers GROUP_ID_NOT_FOUND for a group that
 			// never committed; Kafka answers with no offsets.
@@ -253,6 +287,20 @@ func checkGroupRead(ctx context.Context, adm *kadm.Client, group string) (known 
 	return true, errGroupRead(group, fmt.Sprintf("; it has %v", dg.AuthorizedOperations))
 }
 
+// topicsOf returns the topics of parts, sorted, each once.
+func topicsOf(parts []tp) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range parts {
+		if !seen[p.Topic] {
+			seen[p.Topic] = true
+			out = append(out, p.Topic)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // listOK folds the per-partition errors of a listing into its error.
 func listOK(l kadm.ListedOffsets, err error) (kadm.ListedOffsets, error) {
 	if err != nil {
@@ -278,13 +326,17 @@ func lookup(l kadm.ListedOffsets, p tp) (int64, error) {
 func (c *config) resolve(ctx context.Context, adm *kadm.Client, l *listing, parts []tp) ([]*partPlan, error) {
 	var startTS, stopTS kadm.ListedOffsets
 	var err error
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	topics := topicsOf(parts)
 	if c.start == offsetTimestamp {
-		if startTS, err = listOK(adm.ListOffsetsAfterMilli(ctx, c.startMillis, c.topicOrder...)); err != nil {
+		if startTS, err = listOK(adm.ListOffsetsAfterMilli(ctx, c.startMillis, topics...)); err != nil {
 			return nil, fmt.Errorf("listing offsets after %d ms: %w", c.startMillis, err)
 		}
 	}
 	if c.stop == offsetTimestamp {
-		if stopTS, err = listOK(adm.ListOffsetsAfterMilli(ctx, c.stopMillis, c.topicOrder...)); err != nil {
+		if stopTS, err = listOK(adm.ListOffsetsAfterMilli(ctx, c.stopMillis, topics...)); err != nil {
 			return nil, fmt.Errorf("listing offsets after %d ms: %w", c.stopMillis, err)
 		}
 	}
@@ -438,8 +490,16 @@ func (c *config) resolveStop(pp *partPlan, stopTS kadm.ListedOffsets) error {
 // open transactions block.
 func (c *config) waitForHWM(ctx context.Context, adm *kadm.Client, plans []*partPlan) error {
 	deadline := time.Now().Add(c.hwmWaitTimeout)
+	var parts []tp
+	for _, pp := range plans {
+		parts = append(parts, pp.tp)
+	}
+	topics := topicsOf(parts)
+	if len(topics) == 0 {
+		return nil
+	}
 	for {
-		lsos, err := listOK(adm.ListCommittedOffsets(ctx, c.topicOrder...))
+		lsos, err := listOK(adm.ListCommittedOffsets(ctx, topics...))
 		if err != nil {
 			return fmt.Errorf("listing last stable offsets: %w", err)
 		}

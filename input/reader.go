@@ -136,7 +136,11 @@ func (f *fetchLoop) run(ctx context.Context) {
 			// Stop fetching: an authorization error would otherwise
 			// be fetched again thousands of times a second until the
 			// stream shuts down.
-			f.cl.PauseFetchTopics(f.cfg.topicOrder...)
+			var parts []tp
+			for _, s := range f.tr.snapshots() {
+				parts = append(parts, s.tp)
+			}
+			f.cl.PauseFetchTopics(topicsOf(parts)...)
 			f.onFail(err)
 			return
 		}

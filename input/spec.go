@@ -32,6 +32,8 @@ const Name = "kafka_native"
 // kafkaconf.
 const (
 	knFieldTopics              = "topics"
+	knFieldRegexpTopics        = "regexp_topics"
+	knFieldDiscovery           = "partition_discovery_interval"
 	knFieldConsumerGroup       = "consumer_group"
 	knFieldGroupMembership     = "group_membership"
 	knFieldRevokeTimeout       = "revoke_ack_timeout"
@@ -174,9 +176,16 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 		Fields(kafkaconf.Fields()...).
 		Fields(
 			service.NewStringListField(knFieldTopics).
-				Description("Topics to read. An entry `name` reads every partition of the topic (as listed at start; partitions added later are not read). An entry `name:P` reads only partition P; several entries pin several partitions. Per-partition offsets are set in `start_offsets` and `stop_offsets`.").
+				Description("Topics to read. An entry `name` reads every partition of the topic, `name:P` only partition P, `name:A-B` partitions A to B (both included); several entries (or one entry with several separated by commas) add up. The partitions of whole topics are those listed at start; an unbounded read also picks up partitions added later (see `partition_discovery_interval`). With `regexp_topics` every entry is a regular expression instead. Per-partition offsets are set in `start_offsets` and `stop_offsets`.").
 				Example([]string{"orders"}).
-				Example([]string{"orders:0", "orders:2", "payments"}),
+				Example([]string{"orders:0", "orders:2-3", "payments,refunds"}),
+			service.NewBoolField(knFieldRegexpTopics).
+				Description("Read every topic whose whole name matches one of the `topics` entries, each a regular expression (RE2 syntax, matched against the whole name; one expression per entry, commas included; internal topics are never matched). A bounded read takes the matching topics listed at start; an unbounded one also picks up matching topics created later (see `partition_discovery_interval`). Partitions cannot be pinned. Default false.").
+				Default(false),
+			service.NewDurationField(knFieldDiscovery).
+				Description("How often an unbounded read looks for partitions to add: partitions added to a topic read whole and, with `regexp_topics`, new matching topics (Flink's partition discovery). A partition found this way starts at the group's committed offset if it has one, else at its log start, so no record written before it was found is missed. Bounded reads never add partitions. With `group_membership` the group assigns new partitions itself and this sets how often the client refreshes its metadata. `0s` disables it. Default 5m, as Flink.").
+				Default("5m").
+				Advanced(),
 			service.NewStringField(knFieldConsumerGroup).
 				Description("The consumer group whose offsets are read for `start_offset: committed` (and `stop_offset: committed`) and to which offsets are committed after ack (except with `stop_offset: committed`, which only reads them). Empty (the default) means no group: nothing is committed, and no group is ever invented.").
 				Default(""),
