@@ -10,8 +10,9 @@
 // offsets.go (start and stop resolution), reader.go (the fetch loop),
 // probe.go (the idle-partition position probe), tracker.go (per-partition
 // positions and the ack FIFO), commit.go (the commit step and its seam),
-// errors.go (classification), metrics.go, progress.go, input.go (the
-// service.BatchInput).
+// group.go (group_membership), discover.go (partition discovery of unbounded
+// reads), stall.go (the stall warning), errors.go (classification),
+// metrics.go, progress.go, input.go (the service.BatchInput).
 package input
 
 import (
