@@ -96,6 +96,71 @@ func fill(ctx context.Context, brokers, topic string, n int) (map[int32][]int, e
 	return out, nil
 }
 
+// tailSize is how many of n input records are written only after the rounds
+// ran (fillTail): a tenth, at least 2.
+func tailSize(n int) int { return max(2, n/10) }
+
+// tailSplit spreads n tail records over the input's two partitions: value
+// head+i goes to partition i mod 2.
+func tailSplit(n int) map[int32]int { return map[int32]int{0: (n + 1) / 2, 1: n / 2} }
+
+// checkEnds checks that each input partition ends right after the records
+// fill reported (offsets 0..len-1), so that the stops computed from it are
+// the ends the tail completes.
+func checkEnds(ctx context.Context, brokers, topic string, input map[int32][]int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	hwms, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = hwms.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("end offsets of %s: %v", topic, err)
+	}
+	for p := range int32(2) {
+		o, _ := hwms.Lookup(topic, p)
+		if o.Offset != int64(len(input[p])) {
+			return fmt.Errorf("input partition %d ends at %d, but the producer reported %d records", p, o.Offset, len(input[p]))
+		}
+	}
+	return nil
+}
+
+// fillTail writes the tail: the values head, head+1, ... (split per
+// partition as tailSplit says, value head+i to partition i mod 2) with an
+// idempotent producer (acks=all), and checks that each landed at the offset
+// the processes' stops count on (right after the head). It returns the tail
+// values per partition in offset order.
+func fillTail(ctx context.Context, brokers, topic string, head int, split map[int32]int, input map[int32][]int) (map[int32][]int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range split[0] + split[1] {
+		recs = append(recs, &kgo.Record{Partition: int32(i % 2), Value: []byte(strconv.Itoa(head + i))})
+	}
+	res := cl.ProduceSync(ctx, recs...)
+	if err := res.FirstErr(); err != nil {
+		return nil, fmt.Errorf("writing the tail of %s: %v", topic, err)
+	}
+	out := map[int32][]int{}
+	for _, r := range res {
+		p := r.Record.Partition
+		if want := int64(len(input[p]) + len(out[p])); r.Record.Offset != want {
+			return nil, fmt.Errorf("tail record %s landed at %d/%d, want offset %d (the processes' stop counts on it)", r.Record.Value, p, r.Record.Offset, want)
+		}
+		v, _ := strconv.Atoi(string(r.Record.Value))
+		out[p] = append(out[p], v)
+	}
+	return out, nil
+}
+
 // consoleJudge is Kafka's ConsoleConsumer reading a topic from the beginning
 // under read_committed, parsed as it prints.
 type consoleJudge struct {
@@ -105,25 +170,27 @@ type consoleJudge struct {
 	done   chan struct{}
 
 	mu     sync.Mutex
-	recs   map[int32][]record
+	recs   map[int32][]kafkatest.ConsoleRecord
 	bad    []string
 	stderr strings.Builder
 	err    error
 }
 
 // startJudge starts a ConsoleConsumer on topic that exits after idle without
-// a record.
+// a record (the judge that runs through the chaos: it is stopped, once it
+// reached the final judge's ends, see reached).
 func startJudge(brokers, topic string, idle time.Duration) (*consoleJudge, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd, err := kafkatest.ToolCmd(ctx, "consumer.ConsoleConsumer",
 		"--bootstrap-server", brokers, "--topic", topic, "--from-beginning",
 		"--isolation-level", "read_committed", "--timeout-ms", strconv.FormatInt(idle.Milliseconds(), 10),
-		"--formatter-property", "print.partition=true", "--formatter-property", "print.offset=true")
+		"--formatter-property", "print.partition=true", "--formatter-property", "print.offset=true",
+		"--formatter-property", "print.key=true")
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	j := &consoleJudge{cmd: cmd, cancel: cancel, done: make(chan struct{}), recs: map[int32][]record{}}
+	j := &consoleJudge{cmd: cmd, cancel: cancel, done: make(chan struct{}), recs: map[int32][]kafkatest.ConsoleRecord{}}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -161,61 +228,48 @@ func (j *consoleJudge) parse(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		f := strings.SplitN(line, "\t", 3)
-		ok := len(f) == 3 && strings.HasPrefix(f[0], "Partition:") && strings.HasPrefix(f[1], "Offset:")
-		var (
-			p   int
-			o   int64
-			v   int
-			err error
-		)
-		if ok {
-			p, err = strconv.Atoi(strings.TrimPrefix(f[0], "Partition:"))
-			ok = err == nil
-		}
-		if ok {
-			o, err = strconv.ParseInt(strings.TrimPrefix(f[1], "Offset:"), 10, 64)
-			ok = err == nil
-		}
-		if ok {
-			v, err = strconv.Atoi(f[2])
-			ok = err == nil
-		}
+		rec, err := kafkatest.ParseConsoleLine(sc.Text())
 		j.mu.Lock()
-		if ok {
-			j.recs[int32(p)] = append(j.recs[int32(p)], record{o, v})
+		if err == nil {
+			j.recs[rec.Partition] = append(j.recs[rec.Partition], rec)
 		} else if len(j.bad) < 10 {
-			j.bad = append(j.bad, line)
+			j.bad = append(j.bad, sc.Text())
 		}
 		j.mu.Unlock()
-		if ok {
+		if err == nil {
 			j.count.Add(1)
 		}
 	}
 }
 
-// wait waits for the judge to exit on its idle timeout and returns what it read.
-func (j *consoleJudge) wait(d time.Duration) (map[int32][]record, error) {
-	select {
-	case <-j.done:
-	case <-time.After(d):
-		j.cancel()
-		<-j.done
-		return nil, fmt.Errorf("ConsoleConsumer still running after %v", d)
+// reached reports "" once the judge has read, in each partition, the offset
+// given (the last record the final judge read there), or else how far it is.
+func (j *consoleJudge) reached(last map[int32]int64) string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var behind []string
+	for p, want := range last {
+		at := int64(-1)
+		for _, r := range j.recs[p] {
+			at = max(at, r.Offset)
+		}
+		if at < want {
+			behind = append(behind, fmt.Sprintf("partition %d at offset %d of %d", p, at, want))
+		}
 	}
-	return j.result()
+	slices.Sort(behind)
+	return strings.Join(behind, "; ")
 }
 
 // stop ends the judge (SIGTERM: it prints its total and exits) and returns
 // what it read.
-func (j *consoleJudge) stop() (map[int32][]record, error) {
+func (j *consoleJudge) stop() (map[int32][]kafkatest.ConsoleRecord, error) {
 	j.cancel()
 	<-j.done
 	return j.result()
 }
 
-func (j *consoleJudge) result() (map[int32][]record, error) {
+func (j *consoleJudge) result() (map[int32][]kafkatest.ConsoleRecord, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if len(j.bad) > 0 {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +43,43 @@ func TestPlan(t *testing.T) {
 	k = knobs{kills: 3, sigterms: 1, brokerRestarts: 2, zombies: 1, brokerKill9: true}
 	if evs := k.plan(rand.New(rand.NewPCG(1, 1))); len(evs) != 7 {
 		t.Fatalf("plan %v", evs)
+	}
+}
+
+// A chaos run whose rounds did not land fails: no SIGKILL, a missing bounce
+// or SIGTERM, or a zombie that was never fenced (it never wrote again) are
+// each reported; a run where everything landed reports nothing.
+func TestMissedChaosFailsARunWithoutItsChaos(t *testing.T) {
+	k := knobs{kills: 3, sigterms: 1, brokerRestarts: 2, zombies: 1, brokerKill9: true}
+	plan := k.plan(rand.New(rand.NewPCG(7, 7)))
+	all := stats{kills: 3, sigterms: 1, brokerHard: 1, brokerClean: 1, zombies: 1, zombieExits: []int{3}}
+	if m := missedChaos(plan, all); len(m) != 0 {
+		t.Fatalf("a run where every round landed: %v", m)
+	}
+	for name, tc := range map[string]struct {
+		edit func(*stats)
+		want string
+	}{
+		"no kill":             {func(s *stats) { s.kills = 0 }, "planned 3 SIGKILLs of a running copier, 0 happened"},
+		"a kill short":        {func(s *stats) { s.kills = 2 }, "planned 3 SIGKILLs of a running copier, 2 happened"},
+		"no SIGTERM":          {func(s *stats) { s.sigterms = 0 }, "planned 1 SIGTERMs, 0 happened"},
+		"no kill -9 bounce":   {func(s *stats) { s.brokerHard = 0 }, "planned 1 broker kill -9 bounces, 0 happened"},
+		"no clean bounce":     {func(s *stats) { s.brokerClean = 0 }, "planned 1 clean broker bounces, 0 happened"},
+		"no zombie round":     {func(s *stats) { s.zombies, s.zombieExits = 0, nil }, "planned 1 zombie rounds, 0 happened"},
+		"zombie never fenced": {func(s *stats) { s.zombieExits, s.idleZombies = []int{0}, 1 }, "planned 1 zombies fenced (exit 3 after writing again), 0 happened"},
+		"zombie exit unknown": {func(s *stats) { s.zombieExits = nil }, "zombies fenced"},
+		"nothing at all":      {func(s *stats) { *s = stats{} }, "SIGKILLs"},
+	} {
+		st := all
+		st.zombieExits = append([]int(nil), all.zombieExits...)
+		tc.edit(&st)
+		m := missedChaos(plan, st)
+		found := false
+		for _, l := range m {
+			found = found || strings.Contains(l, tc.want)
+		}
+		if !found {
+			t.Errorf("%s: %v, want a line containing %q", name, m, tc.want)
+		}
 	}
 }
