@@ -1028,7 +1028,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		}
 	}
 
-		// The group's lag is 0 and no transaction is left open.
+	// The group's lag is 0 and no transaction is left open.
 	adm := kadm.NewClient(kafkatest.Client(t, b.addr))
 	actx, acancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer acancel()
