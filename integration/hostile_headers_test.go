@@ -148,23 +148,20 @@ cache_resources:
 	require.NoError(t, s.Run(ctx))
 }
 
-// readCopy reads topic read_committed from the start until nothing new
-// arrived for 3s and returns the values by partition, in offset order.
+// readCopy reads topic read_committed to its last stable offsets, on
+// positions (kafkatest.ReadCommitted), and returns the values by partition,
+// in offset order.
 func readCopy(t *testing.T, brokers, topic string) map[int32][]string {
 	t.Helper()
-	cl := kafkatest.Client(t, brokers, kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	recs, err := kafkatest.ReadCommitted(ctx, kafkatest.Client(t, brokers), topic)
+	require.NoError(t, err)
 	out := map[int32][]string{}
-	deadline := time.Now().Add(time.Minute)
-	quietSince := time.Now()
-	for time.Since(quietSince) < 3*time.Second && time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) {
-			out[r.Partition] = append(out[r.Partition], string(r.Value))
-			quietSince = time.Now()
-		})
+	for p, rs := range recs {
+		for _, r := range rs {
+			out[p] = append(out[p], string(r.Value))
+		}
 	}
 	return out
 }

@@ -76,9 +76,9 @@ func sameRecord(want, got *kgo.Record) error {
 	return nil
 }
 
-// readRecords reads every committed record of topic (read_committed) until
-// nothing new arrived for 2.5s (as readCommitted: 1.5s cut a copy short at a
-// load average of 48), by partition in offset order.
+// readRecords reads every committed record of topic (read_committed, to the
+// last stable offsets on positions, as readCommitted), by partition in offset
+// order.
 func readRecords(t testing.TB, brokers []string, topic string) map[int32][]*kgo.Record {
 	t.Helper()
 	out := map[int32][]*kgo.Record{}
