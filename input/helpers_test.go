@@ -320,7 +320,7 @@ func requireFatal(t *testing.T, h *harness, err error, want error) {
 	}
 	select {
 	case <-h.fatal:
-	case <-time.After(2 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("the fatal handler was not called")
 	}
 }

@@ -141,7 +141,7 @@ func TestSecurityKafka(t *testing.T) {
 		})
 		select {
 		case <-h.fatal:
-		case <-time.After(2 * time.Second):
+		case <-time.After(10 * time.Second):
 			t.Fatal("not fatal")
 		}
 	})

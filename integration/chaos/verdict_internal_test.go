@@ -1,9 +1,14 @@
 package chaos
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
 )
@@ -137,5 +142,71 @@ func TestSameRecords(t *testing.T) {
 		if d := sameRecords(final, other); d == "" {
 			t.Errorf("%s: no difference found", name)
 		}
+	}
+}
+
+// The whole final judge, reader and verdict, on a topic: a kfake topic
+// written as a correct 2to3 copy passes, and the same topic with a
+// duplicate, a missing record, a wrong key or a record in the wrong
+// partition fails with the matching verdict.
+func TestFinalJudgeOnATopic(t *testing.T) {
+	input := map[int32][]int{0: {0, 2, 4, 6, 8}, 1: {1, 3, 5, 7, 9}}
+	type rec struct {
+		p    int32
+		k, v string
+	}
+	good := func() []rec {
+		var rs []rec
+		for v := range 10 {
+			s := strconv.Itoa(v)
+			rs = append(rs, rec{kafkatest.JavaPartition([]byte(s), 3), s, s})
+		}
+		return rs
+	}
+	for _, tc := range []struct {
+		name string
+		edit func([]rec) []rec
+		want string
+	}{
+		{"good", func(rs []rec) []rec { return rs }, ""},
+		{"duplicate", func(rs []rec) []rec { return append(rs, rs[3]) }, "DUPLICATES in exactly-once mode k2k: 1"},
+		{"missing", func(rs []rec) []rec { return append(rs[:6:6], rs[7:]...) }, "LOSS: 1 of 10"},
+		{"wrong key", func(rs []rec) []rec { rs[2].k = "x"; return rs }, "WRONG KEY on 1"},
+		{"wrong partition", func(rs []rec) []rec { rs[4].p = (rs[4].p + 1) % 3; return rs }, "WRONG PARTITION for 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("out"),
+				kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for _, r := range tc.edit(good()) {
+				if err := cl.ProduceSync(ctx, &kgo.Record{Partition: r.p, Key: []byte(r.k), Value: []byte(r.v)}).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			byPart, err := kafkatest.ReadCommitted(ctx, cl, "out")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[int32][]outRecord{}
+			for p, rs := range byPart {
+				for _, r := range rs {
+					out[p] = append(out[p], outRecord{offset: r.Offset, key: r.Key, value: r.Value})
+				}
+			}
+			got := strings.Join(judgeOutput(input, out, "k2k", "2to3", 3).failures, "\n")
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("failures:\n%s\nwant %q", got, tc.want)
+			}
+		})
 	}
 }
