@@ -5,7 +5,7 @@
 # Exits non-zero on any failure. Environment:
 #   GO_TEST_FLAGS  extra flags for go test (e.g. -run Foo -v)
 #   GO_TEST_PKGS   packages to test (default ./...)
-#   GO_TEST_TIMEOUT  go test -timeout (default 20m)
+#   GO_TEST_TIMEOUT  go test -timeout (default 30m: the chaos suite takes about 11 minutes on a loaded 2-core machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -76,4 +76,4 @@ export CONNECT_EOS_BIN="$PWD/bin/connect-eos"
 
 log "go test -race ${GO_TEST_PKGS:-./...}"
 # shellcheck disable=SC2086
-go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-20m}" ${GO_TEST_FLAGS:-} ${GO_TEST_PKGS:-./...}
+go test -race -count=1 -timeout "${GO_TEST_TIMEOUT:-30m}" ${GO_TEST_FLAGS:-} ${GO_TEST_PKGS:-./...}

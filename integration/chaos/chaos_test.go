@@ -187,9 +187,9 @@ func binary(t *testing.T) string {
 // last tenth (the tail) is written only after the rounds ran, and the bounded
 // processes stop at the end offsets the tail completes, so no copy can end
 // before its chaos. The verdicts come from judges that know their end
-// (kafkatest.ReadCommitted on positions, then Kafka's ConsoleConsumer bounded
-// by its count, and the ConsoleConsumer that ran through the chaos): a judge
-// that does not reach the end fails as a judge, never as a loss.
+// (kafkatest.ReadCommitted on positions, and Kafka's ConsoleConsumer that ran
+// through the chaos, which must reach the same last offsets): a judge that
+// does not reach the end fails as a judge, never as a loss.
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos suite is not short")
@@ -921,25 +921,11 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	// Verdicts.
 	v := judgeOutput(input, outRecs, mode, variant, outParts)
 
-	// Kafka's ConsoleConsumer, a second and independent judge (the Java
-	// client), must read exactly the same records: as many as the final
-	// judge counted, the same offsets, keys and values.
-	if total > 0 {
-		console, err := kafkatest.ConsoleRead(jctx, b.addr, c.out, total, 2*time.Minute)
-		if err != nil {
-			t.Errorf("second judge (Kafka's ConsoleConsumer): %v", err)
-		}
-		for p := range outParts {
-			if err != nil {
-				break
-			}
-			if d := sameRecords(outRecs[p], console[p]); d != "" {
-				t.Errorf("partition %d: Kafka's ConsoleConsumer and the final judge differ: %s", p, d)
-			}
-		}
-	}
-	// The judge that ran through the chaos must reach the same ends (it is
-	// a ConsoleConsumer that started before the first process).
+	// Kafka's ConsoleConsumer that ran through the chaos (started before
+	// the first process) is the second, independent judge (the Java
+	// client): it must reach the same last offsets, and then hold the same
+	// (offset, key, value) records; one that does not get there fails as a
+	// judge.
 	lastData := map[int32]int64{}
 	for p, rs := range outRecs {
 		if len(rs) > 0 {
