@@ -552,7 +552,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	for p := range int32(2) {
 		c.stops[p] = int64(len(input[p]) + split[p])
 	}
-	t.Logf("input %s head filled: %d of %d records (partition 0: %d, partition 1: %d); the processes stop at %v, after the tail", c.in, head, k.records, len(input[0]), len(input[1]), c.stops)
+	t.Logf("input %s head filled: %d of %d records (partition 0: %d, partition 1: %d); the tail completes the ends %v", c.in, head, k.records, len(input[0]), len(input[1]), c.stops)
 	confs := make([]string, k.processes)
 	for i := range confs {
 		if confs[i], err = c.config(logDir, i); err != nil {
