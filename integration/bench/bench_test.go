@@ -23,6 +23,10 @@ func TestParseProducerPerf(t *testing.T) {
 	if r.Records != 1000000 || r.RecordsPerSec() != 121286.4 || r.MBPerSec(100) != 11.57 {
 		t.Fatalf("got %+v", r)
 	}
+	steady := out + "800000 steady state records sent, 131000.5 records/sec (12.49 MB/sec), 80.0 ms avg latency, 400.00 ms max latency.\n"
+	if r, err = parseProducerPerf(steady); err != nil || r.Records != 800000 || r.RecordsPerSec() != 131000.5 {
+		t.Fatalf("steady state: got %+v, %v", r, err)
+	}
 	if _, err := parseProducerPerf("no total\n"); err == nil {
 		t.Fatal("want an error without a total line")
 	}
@@ -51,7 +55,7 @@ func TestMedianAndRatio(t *testing.T) {
 	if m := median([]float64{4, 1, 2, 3}); m != 2.5 {
 		t.Fatalf("median %v", m)
 	}
-	c := newCell(100, time.Second)
+	c := newCell("produce", 100, time.Second)
 	for i, v := range [][2]float64{{100, 50}, {90, 100}, {120, 60}} {
 		c.record("a", i, 3, result{Records: int64(v[0]), Seconds: 1}, nil)
 		c.record("b", i, 3, result{Records: int64(v[1]), Seconds: 1}, nil)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +22,15 @@ type result struct {
 	Records int64   `json:"records"` // records in the measured span
 	Bytes   int64   `json:"bytes"`   // their value bytes
 	Seconds float64 `json:"seconds"` // the measured span
+	// Total is every record the process handled (warm-up included), and
+	// CPU the user+system CPU seconds of the whole process (its rusage,
+	// taken by the parent): CPU / Total is the cost per record that the
+	// broker and the other processes sharing the cores do not change much.
+	Total int64   `json:"total"`
+	CPU   float64 `json:"cpu,omitempty"`
+	// Reads are what a reader received per partition (consume rows),
+	// checked by the parent against the topic.
+	Reads partReads `json:"reads,omitempty"`
 	// RSS is the child's peak resident set size (VmHWM), bytes.
 	RSS int64 `json:"rss,omitempty"`
 	// kafka_eos only (from its metrics), and the probe's epoch count.
@@ -38,6 +49,8 @@ type result struct {
 	AllocsPerRecord float64 `json:"allocs_per_record,omitempty"`
 	Rate            float64 `json:"rate,omitempty"`
 	MBs             float64 `json:"mbs,omitempty"`
+	// EndedEarly: a time-bounded reader reached the end of its topic.
+	EndedEarly bool `json:"ended_early,omitempty"`
 }
 
 // RecordsPerSec is the throughput in records/s.
@@ -79,13 +92,30 @@ func runChild(o options) int {
 	ctx := context.Background()
 	var r result
 	var err error
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench child %s: %v\n", o.child, err)
+			return 1
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "bench child %s: %v\n", o.child, err)
+			return 1
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	switch o.child {
 	case "eos", "plain", "native", "native_arrow", "copy_message", "copy_arrow":
 		r, err = runPipeline(ctx, o.child, o)
 	case "probe":
 		r, err = runProbe(ctx, o, o.slots)
+	case "rawproduce":
+		r, err = runRawProduce(ctx, o)
 	case "rawconsume":
 		r, err = runRawConsume(ctx, o)
+	case "rawcopy":
+		r, err = runRawCopy(ctx, o)
 	default:
 		err = fmt.Errorf("unknown -child %q", o.child)
 	}
@@ -123,6 +153,8 @@ func procStatus(field string) int64 {
 }
 
 // childRun runs one contender in a child process: this binary with -child.
+// The child's CPU time (user + system, from its rusage) is added to the
+// result.
 func childRun(ctx context.Context, kind string, o options, topic string, size, records int, interval time.Duration) (result, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -130,15 +162,20 @@ func childRun(ctx context.Context, kind string, o options, topic string, size, r
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
+	prof := ""
+	if o.profileDir != "" {
+		prof = filepath.Join(o.profileDir, fmt.Sprintf("%s-%d-%s.pprof", kind, size, time.Now().Format("150405")))
+	}
 	cmd := exec.CommandContext(ctx, exe, "-child", kind, "-brokers", o.brokers, "-topic", topic,
 		"-size", strconv.Itoa(size), "-records", strconv.Itoa(records), "-interval", interval.String(),
+		"-duration", o.duration.String(), "-warmup", o.warmup.String(),
 		"-batch", strconv.Itoa(o.batch), "-probe-slots", strconv.Itoa(o.slots),
 		"-max-in-flight", strconv.Itoa(o.maxInFlight),
 		"-fresh="+strconv.FormatBool(o.fresh), "-sample="+strconv.FormatBool(o.sample),
 		"-p-batch-bytes", strconv.Itoa(o.pBatchBytes), "-p-linger", o.pLinger.String(),
 		"-p-compression", o.pCompress, "-p-nodelay="+strconv.FormatBool(o.pNoDelay),
 		"-p-max-records", strconv.Itoa(o.pMaxRecords), "-p-sticky-kib", strconv.Itoa(o.pStickyKiB),
-		"-copy-topic", o.copyTopic)
+		"-copy-topic", o.copyTopic, "-child-cpuprofile", prof)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if len(o.childEnv) > 0 {
@@ -153,10 +190,22 @@ func childRun(ctx context.Context, kind string, o options, topic string, size, r
 			if err := json.Unmarshal([]byte(rest), &r); err != nil {
 				return result{}, fmt.Errorf("%s: result %q: %w", kind, rest, err)
 			}
+			r.CPU = cpuSeconds(cmd.ProcessState)
+			if prof != "" {
+				logf("CPU profile of %s: %s", kind, prof)
+			}
 			return r, nil
 		}
 	}
 	return result{}, fmt.Errorf("%s printed no result: %s", kind, lastLines(stderr.String(), 15))
+}
+
+// cpuSeconds is the user + system CPU time of an exited process.
+func cpuSeconds(ps *os.ProcessState) float64 {
+	if ps == nil {
+		return 0
+	}
+	return (ps.UserTime() + ps.SystemTime()).Seconds()
 }
 
 func lastLines(s string, n int) string {

@@ -32,22 +32,37 @@ import (
 
 // options are the flags of one invocation (the parent's and the child's).
 type options struct {
-	records    int
-	sizes      []int
-	intervals  []time.Duration
-	runs       int
-	partitions int
-	batch      int
-	slots      int
-	out        string
-	plot       string
-	brokers    string
-	keep       bool
-	skipJava   bool
-	skipCons   bool
-	skipSat    bool
-	only       map[string]bool // -only: contender slugs (slug()); nil: all
-	brokerName string
+	// records > 0 bounds a child's run by a record count instead of
+	// time (the Go benchmarks' b.N; a reader's topic size).
+	records int
+	// duration is every contender's measured span, warmup the produce
+	// rows' unmeasured lead (ProducerPerformance's --warmup-records
+	// cover as long at its expected rate).
+	duration, warmup time.Duration
+	// copyInterval is the copy rows' epoch interval.
+	copyInterval time.Duration
+	// profileDir: the Go children write CPU profiles there (pprof);
+	// cpuProfile is one child's file.
+	profileDir, cpuProfile string
+	// contextRuns: rounds in which the rows that carry no target (the
+	// broker's ceiling, ProducerPerformance at its defaults, the raw
+	// loop at kafka_eos's epochs per second) run; all rounds if 0.
+	contextRuns int
+	sizes       []int
+	intervals   []time.Duration
+	runs        int
+	partitions  int
+	batch       int
+	slots       int
+	out         string
+	plot        string
+	brokers     string
+	keep        bool
+	skipJava    bool
+	skipCons    bool
+	skipSat     bool
+	only        map[string]bool // -only: contender slugs (slug()); nil: all
+	brokerName  string
 	// maxInFlight is kafka_eos's max_in_flight (and the plain output's
 	// concurrency); 0 leaves the output's default.
 	maxInFlight int
@@ -63,8 +78,7 @@ type options struct {
 	pStickyKiB  int
 
 	// saturation row
-	satRecords int
-	satBatch   int
+	satBatch int
 	// childEnv is added to a child's environment (the saturation row's
 	// GOMEMLIMIT).
 	childEnv []string
@@ -87,10 +101,14 @@ type options struct {
 func main() {
 	var o options
 	var sizes, intervals string
-	flag.IntVar(&o.records, "records", 600000, "records per run (every contender of a row gets the same count)")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured span of every contender's run (ProducerPerformance and ConsumerPerformance get a record count that lasts about as long at their last measured rate)")
+	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "produce rows: unmeasured lead before the measured span (ProducerPerformance: --warmup-records)")
+	flag.DurationVar(&o.copyInterval, "copy-interval", 100*time.Millisecond, "epoch interval of the copy rows (kafka_eos and the raw copy loop)")
+	flag.StringVar(&o.profileDir, "cpuprofile", "", "directory: every Go child writes a pprof CPU profile of its run there")
+	flag.IntVar(&o.contextRuns, "context-runs", 0, "rounds in which the rows without a target run (ceiling, ProducerPerformance defaults, raw loop at kafka_eos's cadence); 0: every round")
 	flag.StringVar(&sizes, "sizes", "100,1024", "record (value) sizes in bytes, comma separated")
-	flag.StringVar(&intervals, "intervals", "100ms,1s", "epoch (transaction) intervals, comma separated")
-	flag.IntVar(&o.runs, "runs", 3, "rounds per row; the table shows medians")
+	flag.StringVar(&intervals, "intervals", "1s", "epoch (transaction) intervals of the produce rows, comma separated")
+	flag.IntVar(&o.runs, "runs", 3, "rounds per row; the table shows medians and ranges, a target is met only if every round meets it")
 	flag.IntVar(&o.partitions, "partitions", 3, "partitions of every benchmark topic")
 	flag.IntVar(&o.batch, "batch", 1024, "records per Benthos batch emitted by the pipelines' input")
 	flag.IntVar(&o.slots, "probe-slots", 2, "transactional producers of the raw franz-go loop (kafka_eos's producer_pool_size default)")
@@ -105,7 +123,6 @@ func main() {
 	flag.BoolVar(&o.skipSat, "skip-saturation", false, "do not run the saturation (peak RSS vs max_buffered_bytes) row")
 	flag.StringVar(&o.brokerName, "broker-name", fmt.Sprintf("bench-%d", os.Getpid()), "up.sh --name of the broker this run starts (unique per run by default, so two runs on one machine never share or stop each other's broker)")
 	flag.IntVar(&o.maxInFlight, "max-in-flight", 0, "kafka_eos max_in_flight and the plain output's concurrency (0: the output's default)")
-	flag.IntVar(&o.satRecords, "sat-records", 600000, "records of the saturation row (1 KiB each)")
 	flag.IntVar(&o.satBatch, "sat-batch", 4096, "records per Benthos batch in the saturation row")
 	flag.IntVar(&o.pBatchBytes, "p-batch-bytes", 0, "probe/plain: kgo.ProducerBatchMaxBytes (0: 1 MiB, kafka_eos's max_message_bytes default)")
 	flag.DurationVar(&o.pLinger, "p-linger", 0, "probe/plain: kgo.ProducerLinger (0: none, kafka_eos's)")
@@ -120,6 +137,8 @@ func main() {
 	flag.BoolVar(&o.fresh, "fresh", false, "internal (child): a fresh copy of the value per message")
 	flag.BoolVar(&o.sample, "sample", false, "internal (child): sample RSS and buffered bytes")
 	flag.StringVar(&o.copyTopic, "copy-topic", "", "internal (child): target topic of a copy row")
+	flag.IntVar(&o.records, "records", 0, "internal (child): a record count instead of the duration")
+	flag.StringVar(&o.cpuProfile, "child-cpuprofile", "", "internal (child): CPU profile file")
 	flag.Parse()
 
 	if o.child != "" {
@@ -139,8 +158,8 @@ func main() {
 			o.only[strings.TrimSpace(f)] = true
 		}
 	}
-	if o.records <= 0 || o.runs <= 0 || o.partitions <= 0 || o.batch <= 0 || o.slots <= 0 {
-		fatalf("-records, -runs, -partitions, -batch and -probe-slots must be positive")
+	if o.duration <= 0 || o.warmup < 0 || o.runs <= 0 || o.partitions <= 0 || o.batch <= 0 || o.slots <= 0 {
+		fatalf("-duration, -runs, -partitions, -batch and -probe-slots must be positive")
 	}
 	if o.plot == "" && o.out != "" {
 		o.plot = strings.TrimSuffix(o.out, ".md") + "-throughput.png"

@@ -31,21 +31,29 @@ func payload(size int) []byte {
 	return p
 }
 
-// clock is what the bench input and sink share with the child: when the
-// measured part started and ended, and how many records it covered.
+// clock is what the bench input, sink and copy processor share with the
+// child: when the measured span started and ended, how many records it
+// covered, and the records the process handled in all.
 type clock struct {
 	mu      sync.Mutex
 	start   time.Time
 	end     time.Time
-	records int64
-	// Heap allocations (objects, the whole process) at start and end, for
-	// the allocations per record of the consume and copy rows.
+	records int64 // in the measured span
+	total   int64 // handled in all (warm-up included), for CPU per record
+	// Heap allocations (objects, the whole process) at start and end.
 	allocStart, allocEnd uint64
-	// began and first (records of the first batch) let a consume run whose
-	// records all came in one batch be timed from the stream's start
-	// (tiny runs: the benchmarks' first b.N=1 round).
-	began time.Time
-	first int64
+	// onMark runs once when the measured span starts (kafka_eos: the
+	// epochs committed so far, to count the span's epochs).
+	onMark func()
+
+	// Produce rows: records emitted in the measured span, acknowledged
+	// so far, and whether the input has ended.
+	emitted, acked int64
+	inputEnded     bool
+
+	// Consume rows: what the sink received per partition, and whether
+	// the input reached the end of the topic.
+	reads partReads
 }
 
 // heapAllocs is the number of heap objects allocated so far by this process
@@ -71,58 +79,97 @@ func recordsIn(m *service.Message) int64 {
 	return 1
 }
 
-func (c *clock) span() (time.Duration, int64) {
+func metaInt(m *service.Message, key string) (int64, bool) {
+	v, ok := m.MetaGetMut(key)
+	if !ok {
+		return 0, false
+	}
+	n, ok := v.(int64)
+	return n, ok
+}
+
+// mark starts the measured span now.
+func (c *clock) mark(now time.Time) {
+	c.mu.Lock()
+	c.start = now
+	c.allocStart = heapAllocs()
+	f := c.onMark
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// ackedMeasured counts n acknowledged records of the measured span; the span
+// ends with the last of them once the input has ended.
+func (c *clock) ackedMeasured(n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.records == 0 && c.first > 0 && !c.began.IsZero() {
-		return c.start.Sub(c.began), c.first
+	c.acked += n
+	c.maybeEndLocked()
+}
+
+func (c *clock) maybeEndLocked() {
+	if c.inputEnded && c.acked == c.emitted && c.end.IsZero() {
+		c.end = time.Now()
+		c.allocEnd = heapAllocs()
+		c.records = c.emitted
 	}
-	return c.end.Sub(c.start), c.records
 }
 
 // benchSource is the pipelines' input: like `generate` with a constant
 // payload, at no cost per record beyond service.NewMessage. It first emits one
-// warm-up batch of one record and waits for its ack, so the clock starts once
-// the output is connected (producers initialised, state cache read) and one
-// epoch went round; then it emits count records in batches of batch, and the
-// clock stops when the last of them is acknowledged (for kafka_eos: when its
-// epoch committed).
+// warm-up batch of one record and waits for its ack, so that the output is
+// connected (producers initialised, state cache read) and one epoch went
+// round; then it emits batches of batch records for warmup (not measured),
+// then for duration (measured), and the span ends when the last measured
+// record is acknowledged (for kafka_eos: when its epoch committed). With
+// count > 0 it emits count records after the warm-up batch instead, all
+// measured (the Go benchmarks' b.N).
 type benchSource struct {
-	count, batch int
-	value        []byte
-	fresh        bool // a copy of value per message
-	clk          *clock
+	count, batch     int
+	warmup, duration time.Duration
+	value            []byte
+	fresh            bool // a copy of value per message
+	clk              *clock
 
 	warmed   chan struct{}
-	emitted  int
 	warmSent bool
-	acked    atomic.Int64
+	w        window
+	emitted  int
 }
 
 func benchSourceSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Fields(service.NewIntField("count"), service.NewIntField("size"), service.NewIntField("batch"),
+			service.NewDurationField("warmup"), service.NewDurationField("duration"),
 			service.NewBoolField("fresh").Default(false))
 }
 
 func newBenchSource(conf *service.ParsedConfig, clk *clock) (*benchSource, error) {
-	count, err := conf.FieldInt("count")
-	if err != nil {
+	s := &benchSource{clk: clk, warmed: make(chan struct{})}
+	var size int
+	var err error
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{"count", &s.count}, {"size", &size}, {"batch", &s.batch}} {
+		if *f.dst, err = conf.FieldInt(f.name); err != nil {
+			return nil, err
+		}
+	}
+	if s.warmup, err = conf.FieldDuration("warmup"); err != nil {
 		return nil, err
 	}
-	size, err := conf.FieldInt("size")
-	if err != nil {
+	if s.duration, err = conf.FieldDuration("duration"); err != nil {
 		return nil, err
 	}
-	batch, err := conf.FieldInt("batch")
-	if err != nil {
+	if s.fresh, err = conf.FieldBool("fresh"); err != nil {
 		return nil, err
 	}
-	fresh, err := conf.FieldBool("fresh")
-	if err != nil {
-		return nil, err
-	}
-	return &benchSource{count: count, batch: batch, value: payload(size), fresh: fresh, clk: clk, warmed: make(chan struct{})}, nil
+	s.value = payload(size)
+	s.w = window{warmup: s.warmup, duration: s.duration}
+	return s, nil
 }
 
 func (s *benchSource) Connect(context.Context) error { return nil }
@@ -130,6 +177,9 @@ func (s *benchSource) Connect(context.Context) error { return nil }
 func (s *benchSource) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
 	if !s.warmSent {
 		s.warmSent = true
+		s.clk.mu.Lock()
+		s.clk.total++
+		s.clk.mu.Unlock()
 		return service.MessageBatch{service.NewMessage(s.value)}, func(_ context.Context, err error) error {
 			if err == nil {
 				close(s.warmed)
@@ -143,14 +193,29 @@ func (s *benchSource) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		}
-		s.clk.mu.Lock()
-		s.clk.start = time.Now()
-		s.clk.mu.Unlock()
 	}
-	if s.emitted >= s.count {
+	n := s.batch
+	var measured, done bool
+	if s.count > 0 {
+		if s.emitted == 0 {
+			s.clk.mark(time.Now())
+		}
+		measured, done = true, s.emitted >= s.count
+		n = min(n, s.count-s.emitted)
+	} else {
+		wasMarked := s.w.marked
+		measured, done = s.w.tick(time.Now())
+		if measured && !wasMarked {
+			s.clk.mark(s.w.start)
+		}
+	}
+	if done {
+		s.clk.mu.Lock()
+		s.clk.inputEnded = true
+		s.clk.maybeEndLocked()
+		s.clk.mu.Unlock()
 		return nil, nil, service.ErrEndOfInput
 	}
-	n := min(s.batch, s.count-s.emitted)
 	s.emitted += n
 	b := make(service.MessageBatch, n)
 	for i := range b {
@@ -160,17 +225,19 @@ func (s *benchSource) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 			b[i] = service.NewMessage(s.value)
 		}
 	}
-	total := int64(s.count)
+	s.clk.mu.Lock()
+	s.clk.total += int64(n)
+	if measured {
+		s.clk.emitted += int64(n)
+	}
+	s.clk.mu.Unlock()
 	return b, func(_ context.Context, err error) error {
 		if err != nil {
 			// The batch is replayed by Benthos; nothing counted.
 			return nil
 		}
-		if s.acked.Add(int64(n)) == total {
-			s.clk.mu.Lock()
-			s.clk.end = time.Now()
-			s.clk.records = total
-			s.clk.mu.Unlock()
+		if measured {
+			s.clk.ackedMeasured(int64(n))
 		}
 		return nil
 	}, nil
@@ -178,53 +245,74 @@ func (s *benchSource) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 
 func (s *benchSource) Close(context.Context) error { return nil }
 
-// benchSink is the consume rows' output: it counts records and stamps the
-// first and the last write. The rate is taken from the end of the first batch
-// to the end of the last one, over the records after the first batch, so the
-// start-up of the input (admin requests, first fetch) is not in it.
+// benchSink is the consume rows' output: it counts the records received per
+// partition (the parent checks them against the topic) and those received
+// before the deadline (the measured span: from the stream's start, the
+// input's connection and first fetch included, to the deadline).
 type benchSink struct {
-	clk   *clock
-	first bool
-	total int64
-	mu    sync.Mutex
+	clk      *clock
+	deadline time.Time
+	ended    chan struct{} // closed once the stream should stop
+	once     sync.Once
+	mu       sync.Mutex
 }
 
 func (s *benchSink) Connect(context.Context) error { return nil }
 
 func (s *benchSink) WriteBatch(_ context.Context, b service.MessageBatch) error {
-	now := time.Now()
-	var n int64
-	for _, m := range b {
-		n += recordsIn(m)
-	}
-	allocs := heapAllocs()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.total += n
-	if !s.first {
-		s.first = true
-		s.clk.mu.Lock()
-		s.clk.start = now
-		s.clk.allocStart = allocs
-		s.clk.first = n
-		s.clk.mu.Unlock()
+	if len(b) == 0 {
 		return nil
 	}
-	s.clk.mu.Lock()
-	s.clk.end = now
-	s.clk.allocEnd = allocs
-	s.clk.records += n
-	s.clk.mu.Unlock()
+	now := time.Now()
+	var n int64
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.clk
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// A batch of kafka_native holds records of one partition: its first
+	// and last message say which and up to where (per message otherwise).
+	firstP, ok1 := metaInt(b[0], "kafka_partition")
+	lastP, ok2 := metaInt(b[len(b)-1], "kafka_partition")
+	if ok1 && ok2 && firstP == lastP && len(b) > 1 {
+		next, _ := metaInt(b[len(b)-1], "kafka_offset")
+		n = int64(len(b))
+		c.reads.add(int32(firstP), n, next+1)
+	} else {
+		for _, m := range b {
+			p, _ := metaInt(m, "kafka_partition")
+			k := recordsIn(m)
+			next, ok := metaInt(m, "kafka_last_offset")
+			if !ok {
+				next, _ = metaInt(m, "kafka_offset")
+			}
+			c.reads.add(int32(p), k, next+1)
+			n += k
+		}
+	}
+	c.total += n
+	if s.deadline.IsZero() || !now.After(s.deadline) {
+		c.records += n
+	} else {
+		s.once.Do(func() { close(s.ended) })
+	}
 	return nil
 }
+
+func (s *benchSink) Close(context.Context) error { return nil }
 
 // benchClock is the copy rows' processor: it stamps the first message
 // through the pipeline (in Kafka-to-Kafka mode the input reads only once the
 // output recovered, so the output is ready by then) and counts records; the
-// clock stops when the stream ends, that is once every record was copied and
-// its epoch committed with the group's offsets.
+// stream is stopped once the duration has passed since the first message,
+// and the span ends when the stream has stopped, that is once every record
+// that went through was copied and its epoch committed with the group's
+// offsets.
 type benchClock struct {
-	clk *clock
+	clk      *clock
+	duration time.Duration
+	ended    chan struct{}
+	once     sync.Once
 }
 
 func (p *benchClock) ProcessBatch(_ context.Context, b service.MessageBatch) ([]service.MessageBatch, error) {
@@ -232,23 +320,28 @@ func (p *benchClock) ProcessBatch(_ context.Context, b service.MessageBatch) ([]
 	for _, m := range b {
 		n += recordsIn(m)
 	}
+	now := time.Now()
 	p.clk.mu.Lock()
 	if p.clk.start.IsZero() {
-		p.clk.start = time.Now()
+		p.clk.start = now
 		p.clk.allocStart = heapAllocs()
 	}
 	p.clk.records += n
+	p.clk.total += n
+	over := p.duration > 0 && now.Sub(p.clk.start) >= p.duration
 	p.clk.mu.Unlock()
+	if over {
+		p.once.Do(func() { close(p.ended) })
+	}
 	return []service.MessageBatch{b}, nil
 }
 
 func (p *benchClock) Close(context.Context) error { return nil }
 
-func (s *benchSink) Close(context.Context) error { return nil }
-
 // pipelineYAML is the stream config of one pipeline contender.
 func pipelineYAML(kind string, o options) (string, error) {
-	src := fmt.Sprintf("input:\n  bench_source: { count: %d, size: %d, batch: %d, fresh: %t }\n", o.records, o.size, o.batch, o.fresh)
+	src := fmt.Sprintf("input:\n  bench_source: { count: %d, size: %d, batch: %d, warmup: %s, duration: %s, fresh: %t }\n",
+		o.records, o.size, o.batch, o.warmup, o.duration, o.fresh)
 	inFlight := ""
 	if o.maxInFlight > 0 {
 		inFlight = fmt.Sprintf("    max_in_flight: %d\n", o.maxInFlight)
@@ -346,11 +439,17 @@ cache_resources:
 // StreamBuilder on a cloned environment that holds the bench components and a
 // metrics exporter this function reads from.
 func runPipeline(ctx context.Context, kind string, o options) (result, error) {
-	clk := &clock{}
-	if strings.HasPrefix(kind, "native") {
-		clk.began = time.Now()
-	}
+	clk := &clock{reads: partReads{}}
 	exp := promexport.New()
+	var epochsAtMark atomic.Int64
+	clk.onMark = func() { epochsAtMark.Store(epochsCommitted(exp)) }
+	sink := &benchSink{clk: clk, ended: make(chan struct{})}
+	proc := &benchClock{clk: clk, duration: o.duration, ended: make(chan struct{})}
+	consume := strings.HasPrefix(kind, "native")
+	copyRow := strings.HasPrefix(kind, "copy_")
+	if !copyRow {
+		proc.duration = 0
+	}
 	env := service.GlobalEnvironment().Clone()
 	if err := env.RegisterMetricsExporter("bench_capture", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Logger) (service.MetricsExporter, error) {
 		return exp, nil
@@ -363,7 +462,7 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 		return result{}, err
 	}
 	if err := env.RegisterBatchOutput("bench_sink", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
-		return &benchSink{clk: clk}, service.BatchPolicy{}, 1, nil
+		return sink, service.BatchPolicy{}, 1, nil
 	}); err != nil {
 		return result{}, err
 	}
@@ -371,7 +470,7 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 		return result{}, err
 	}
 	if err := env.RegisterBatchProcessor("bench_clock", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Resources) (service.BatchProcessor, error) {
-		return &benchClock{clk: clk}, nil
+		return proc, nil
 	}); err != nil {
 		return result{}, err
 	}
@@ -397,37 +496,96 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 	if o.sample {
 		smp = startSampler(exp)
 	}
+	// Time-bounded consume and copy runs are stopped from here: a
+	// consume run at its deadline, a copy run once its duration has
+	// passed since the first message (the stream stops gracefully: every
+	// record that went through is committed before Run returns).
+	began := time.Now()
+	timed := o.duration > 0 && o.records == 0
+	if consume && timed {
+		sink.deadline = began.Add(o.duration)
+		clk.start = began
+	}
+	stopped := make(chan struct{})
+	var stopErr error
+	if timed && (consume || copyRow) {
+		go func() {
+			defer close(stopped)
+			var trigger <-chan struct{} = proc.ended
+			if consume {
+				trigger = sink.ended
+			}
+			var deadline <-chan time.Time
+			if consume {
+				deadline = time.After(time.Until(sink.deadline))
+			}
+			select {
+			case <-trigger:
+			case <-deadline:
+			case <-runCtx.Done():
+				return
+			}
+			stopErr = stream.StopWithin(2 * time.Minute)
+		}()
+	} else {
+		close(stopped)
+	}
 	runErr := stream.Run(runCtx)
+	ranFor := time.Since(began)
+	cancel()
+	<-stopped
 	if smp != nil {
 		smp.stop()
 	}
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
 		return result{}, fmt.Errorf("stream: %w", runErr)
 	}
-	if strings.HasPrefix(kind, "copy_") {
-		clk.mu.Lock()
+	if stopErr != nil {
+		return result{}, fmt.Errorf("stopping the stream: %w", stopErr)
+	}
+	clk.mu.Lock()
+	defer clk.mu.Unlock()
+	switch {
+	case consume:
+		if timed && ranFor < o.duration {
+			return result{EndedEarly: true, Records: clk.total, Seconds: ranFor.Seconds()}, nil
+		}
+		clk.end = clk.start.Add(o.duration)
+		if !timed {
+			// b.N records: the span is the whole stream.
+			clk.start, clk.end = began, began.Add(ranFor)
+		}
+		clk.allocEnd = heapAllocs()
+	case copyRow:
 		clk.end = time.Now()
 		clk.allocEnd = heapAllocs()
-		clk.mu.Unlock()
 	}
-	d, n := clk.span()
+	d, n := clk.end.Sub(clk.start), clk.records
 	if n == 0 || d <= 0 {
 		return result{}, fmt.Errorf("the stream ended before the measured records were acknowledged")
 	}
-	r := result{Records: n, Bytes: n * int64(o.size), Seconds: d.Seconds()}
-	if kind != "eos" && kind != "plain" {
-		r.Bytes = 0 // filled in by the parent, which knows the record size
+	r := result{Records: n, Total: clk.total, Seconds: d.Seconds()}
+	if consume {
+		r.Reads = clk.reads
 	}
-	clk.mu.Lock()
-	if clk.allocEnd > clk.allocStart && n > 0 {
+	if clk.allocEnd > clk.allocStart {
 		r.AllocsPerRecord = float64(clk.allocEnd-clk.allocStart) / float64(n)
 	}
-	clk.mu.Unlock()
 	readOutputMetrics(exp, &r)
+	if kind == "eos" {
+		r.Epochs -= epochsAtMark.Load()
+	}
 	if smp != nil {
 		r.BufferedPeak, r.RSSSampled = smp.buffered.Load(), smp.rss.Load()
 	}
 	return r, nil
+}
+
+// epochsCommitted reads kafka_eos_epochs_committed from the exporter.
+func epochsCommitted(exp *promexport.Exporter) int64 {
+	var r result
+	readOutputMetrics(exp, &r)
+	return r.Epochs
 }
 
 // sampler records, every 20 ms, the highest kafka_eos_buffered_bytes (the

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"image/color"
-	"sort"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -11,67 +10,93 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// writePlot draws throughput (MB/s, medians) against the epoch interval for
-// kafka_eos, the plain idempotent output and ProducerPerformance, one line
-// per contender and record size, into a PNG.
-func writePlot(path string, cells []*cell) error {
-	p := plot.New()
-	p.Title.Text = "Produce throughput vs epoch interval (median MB/s)"
-	p.X.Label.Text = "epoch (transaction) interval, ms (log scale)"
-	p.Y.Label.Text = "MB/s of record values"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top = true
-	p.Legend.Left = true
-	p.Add(plotter.NewGrid())
-
+// writePlot draws the median throughput (MB/s of record values) of every
+// contender, one group of bars per row (produce rows, consume rows, copy
+// rows; one bar per record size), into a PNG.
+func writePlot(path string, groups ...[]*cell) error {
+	type bar struct {
+		label string
+		vals  map[int]float64
+	}
+	var bars []bar
 	sizes := map[int]bool{}
-	for _, c := range cells {
-		sizes[c.size] = true
-	}
 	var sizeList []int
-	for s := range sizes {
-		sizeList = append(sizeList, s)
-	}
-	sort.Ints(sizeList)
-
-	styles := map[string]int{cEOS: 0, cPlain: 1, cPP: 2}
-	for si, size := range sizeList {
-		for _, name := range []string{cEOS, cPlain, cPP} {
-			var pts plotter.XYs
-			for _, c := range cells {
-				if c.size != size {
+	for _, cells := range groups {
+		seen := map[string]int{}
+		for _, c := range cells {
+			if !sizes[c.size] {
+				sizes[c.size] = true
+				sizeList = append(sizeList, c.size)
+			}
+			for _, name := range orderedNames(c) {
+				v, n := c.med(name, func(r result) float64 { return r.MBPerSec(c.size) })
+				if n == 0 {
 					continue
 				}
-				v, n := c.med(name, func(r result) float64 { return r.MBPerSec(c.size) })
-				if n > 0 {
-					pts = append(pts, plotter.XY{X: float64(c.interval.Milliseconds()), Y: v})
+				label := name
+				if c.kind == "produce" {
+					label = fmt.Sprintf("%s (%s)", name, c.interval)
 				}
+				i, ok := seen[label]
+				if !ok {
+					i = len(bars)
+					seen[label] = i
+					bars = append(bars, bar{label: label, vals: map[int]float64{}})
+				}
+				bars[i].vals[c.size] = v
 			}
-			if len(pts) == 0 {
-				continue
-			}
-			sort.Slice(pts, func(i, j int) bool { return pts[i].X < pts[j].X })
-			l, s, err := plotter.NewLinePoints(pts)
-			if err != nil {
-				return err
-			}
-			col := plotutil.Color(styles[name])
-			l.Color, s.Color = col, col
-			l.Width = vg.Points(1.5)
-			if si > 0 {
-				l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
-			}
-			s.Shape = plotutil.Shape(si)
-			s.Radius = vg.Points(3)
-			p.Add(l, s)
-			p.Legend.Add(fmt.Sprintf("%s, %s", name, sizeLabel(size)), l, s)
 		}
 	}
-	// Room above the lines for the legend.
-	p.Y.Min = 0
-	p.Y.Max *= 1.45
-	p.Legend.ThumbnailWidth = vg.Points(24)
+	if len(bars) == 0 {
+		return fmt.Errorf("nothing measured")
+	}
+	p := plot.New()
+	p.Title.Text = "Median throughput per contender (MB/s of record values)"
+	p.X.Label.Text = "MB/s"
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	names := make([]string, len(bars))
+	for i, b := range bars {
+		names[i] = b.label
+	}
+	w := vg.Points(9)
+	for si, size := range sizeList {
+		vals := make(plotter.Values, len(bars))
+		for i, b := range bars {
+			vals[i] = b.vals[size]
+		}
+		bc, err := plotter.NewBarChart(vals, w)
+		if err != nil {
+			return err
+		}
+		bc.Color = plotutil.Color(si)
+		bc.LineStyle.Width = 0
+		bc.Offset = w * vg.Length(si-len(sizeList)/2)
+		bc.Horizontal = true
+		p.Add(bc)
+		p.Legend.Add(sizeLabel(size), bc)
+	}
+	p.NominalY(names...)
 	p.BackgroundColor = color.White
-	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+	return p.Save(10*vg.Inch, vg.Length(len(bars))*vg.Points(26)+vg.Inch, path)
+}
+
+// orderedNames are the contenders of a cell in the tables' order.
+func orderedNames(c *cell) []string {
+	var all []string
+	switch c.kind {
+	case "produce":
+		all = append([]string{cEOS, cCadence}, produceContenders[1:]...)
+	case "consume":
+		all = []string{cNative, cNativeArrow, cCP, cRawC}
+	default:
+		all = []string{cCopyMsg, cCopyArrow, cCopyRaw}
+	}
+	var out []string
+	for _, n := range all {
+		if c.rounds[n] != nil {
+			out = append(out, n)
+		}
+	}
+	return out
 }

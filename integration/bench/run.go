@@ -16,41 +16,87 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The contenders of the produce rows and of the consume rows.
+// The contenders. Produce rows: the pipelines, the raw franz-go loops and
+// ProducerPerformance; consume rows: the readers; copy rows: the exactly-once
+// copies and their limit.
 const (
-	cEOS    = "kafka_eos"
-	cPlain  = "plain idempotent"
-	cProbe  = "raw franz-go txn"
-	cPP     = "ProducerPerformance txn"
-	cNative = "kafka_native (message)"
-	cCP     = "ConsumerPerformance read_committed"
-	cRawC   = "raw franz-go poll"
-	// The Arrow rows (issue 6): the input in format: arrow, and the
-	// exactly-once copy kafka_native -> kafka_eos per message and as Arrow.
+	cEOS      = "kafka_eos"
+	cPlain    = "plain idempotent"
+	cProbe    = "raw franz-go txn"
+	cCadence  = "raw franz-go txn at kafka_eos's epochs/s"
+	cRawNoTxn = "raw franz-go, no txn (ceiling)"
+	cPPTuned  = "ProducerPerformance txn, tuned"
+	cPPDef    = "ProducerPerformance txn, defaults"
+	cPPNoTxn  = "ProducerPerformance tuned, no txn (ceiling)"
+
+	cRawC        = "raw franz-go poll"
+	cNative      = "kafka_native (message)"
 	cNativeArrow = "kafka_native (Arrow)"
-	cCopyMsg     = "copy (message)"
-	cCopyArrow   = "copy (Arrow)"
+	cCP          = "ConsumerPerformance read_committed"
+
+	cCopyRaw   = "raw franz-go copy loop"
+	cCopyMsg   = "copy (message)"
+	cCopyArrow = "copy (Arrow)"
 )
 
+// The contenders of each kind of row, in the order of the first round (later
+// rounds rotate it). The Go loops come first so that the Java tools' first
+// record counts can be sized from a measured rate; cCadence is not rotated: it
+// runs right after kafka_eos, at the epochs per second kafka_eos just ran.
 var (
-	produceContenders = []string{cEOS, cPlain, cProbe, cPP}
-	consumeContenders = []string{cNative, cNativeArrow, cCP, cRawC}
-	copyContenders    = []string{cCopyMsg, cCopyArrow}
+	produceContenders = []string{cEOS, cPlain, cProbe, cRawNoTxn, cPPTuned, cPPDef, cPPNoTxn}
+	consumeContenders = []string{cRawC, cNative, cNativeArrow, cCP}
+	copyContenders    = []string{cCopyRaw, cCopyMsg, cCopyArrow}
 )
+
+// slugs are the -only names of the contenders.
+var slugs = map[string]string{
+	cEOS: "kafkaeos", cPlain: "plain", cProbe: "raw", cCadence: "rawcadence", cRawNoTxn: "rawnotxn",
+	cPPTuned: "pptuned", cPPDef: "ppdefaults", cPPNoTxn: "ppnotxn",
+	cRawC: "rawpoll", cNative: "kafkanative", cNativeArrow: "kafkanativearrow", cCP: "consumerperformance",
+	cCopyRaw: "rawcopy", cCopyMsg: "copymessage", cCopyArrow: "copyarrow",
+}
+
+func slug(name string) string { return slugs[name] }
+
+// contextRow: a contender that carries no target (a limit or a reference).
+func contextRow(name string) bool {
+	switch name {
+	case cCadence, cRawNoTxn, cPPDef, cPPNoTxn:
+		return true
+	}
+	return false
+}
 
 // cell is one row of a table: its parameters and, per contender, one result
-// per round (nil where the run failed; errs says why).
+// per round (nil where the run failed or did not run; errs says why).
 type cell struct {
 	size     int
-	interval time.Duration // 0 for consume rows
+	interval time.Duration // produce: the epoch interval; copy: the copy's
 	rounds   map[string][]*result
 	errs     []string
-	copy     bool // a copy row (interval is the copy's epoch interval)
+	kind     string // "produce", "consume" or "copy"
 }
 
-func newCell(size int, interval time.Duration) *cell {
-	return &cell{size: size, interval: interval, rounds: map[string][]*result{}}
+func newCell(kind string, size int, interval time.Duration) *cell {
+	return &cell{kind: kind, size: size, interval: interval, rounds: map[string][]*result{}}
 }
+
+// bench is one invocation's state.
+type bench struct {
+	o     options
+	adm   *kadm.Client
+	cl    *kgo.Client
+	tmp   string
+	stamp string
+	// est is the last measured rate (records/s) per contender and
+	// size, to size the Java tools' record counts to the duration.
+	est map[string]float64
+	// fillRate is the records/s of the last fill of a consume topic.
+	fillRate float64
+}
+
+func (b *bench) estKey(name string, size int) string { return fmt.Sprintf("%s/%d", name, size) }
 
 func run(ctx context.Context, o options) error {
 	started := time.Now()
@@ -69,100 +115,54 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	logf("broker %s", o.brokers)
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return err
+		}
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(o.brokers))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	adm := kadm.NewClient(cl)
 	tmp, err := os.MkdirTemp("", "connect-eos-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	b := &bench{o: o, adm: kadm.NewClient(cl), cl: cl, tmp: tmp, stamp: time.Now().Format("150405"), est: map[string]float64{}}
 
 	loads := startLoadSampler()
-	stamp := time.Now().Format("150405")
 	var produce, consume, copies []*cell
 	for _, size := range o.sizes {
 		for _, iv := range o.intervals {
-			c := newCell(size, iv)
+			c := newCell("produce", size, iv)
 			produce = append(produce, c)
 			for r := 0; r < o.runs; r++ {
-				for i := range produceContenders {
-					name := produceContenders[(i+r)%len(produceContenders)]
-					if name == cPP && o.skipJava || !o.selected(name) {
-						continue
-					}
-					topic := fmt.Sprintf("bench-%s-%d-%s-%d-%s", slug(name), size, iv, r, stamp)
-					res, err := withTopic(ctx, adm, topic, o.partitions, func() (result, error) {
-						return runProduce(ctx, name, o, topic, size, iv, tmp)
-					})
-					c.record(name, r, o.runs, res, err)
-					if ctx.Err() != nil {
-						return ctx.Err()
-					}
+				if err := b.produceRound(ctx, c, r); err != nil {
+					return err
 				}
 			}
 		}
 	}
 	if !o.skipCons {
 		for _, size := range o.sizes {
-			c := newCell(size, 0)
-			consume = append(consume, c)
-			topic := fmt.Sprintf("bench-consume-%d-%s", size, stamp)
-			if err := createTopic(ctx, adm, topic, o.partitions); err != nil {
+			cc, cp, err := b.consumeRows(ctx, size)
+			if cc != nil {
+				consume = append(consume, cc)
+			}
+			if cp != nil {
+				copies = append(copies, cp)
+			}
+			if err != nil {
 				return err
 			}
-			// Filled transactionally (1 s epochs), so read_committed
-			// readers cross transaction markers: +slots warm-up records.
-			fillOpts := o
-			fillOpts.topic, fillOpts.size, fillOpts.interval = topic, size, time.Second
-			if _, err := runProbe(ctx, fillOpts, o.slots); err != nil {
-				return fmt.Errorf("filling %s: %w", topic, err)
-			}
-			total := o.records + o.slots
-			logf("filled %s with %d records of %d B", topic, total, size)
-			for r := 0; r < o.runs; r++ {
-				for i := range consumeContenders {
-					name := consumeContenders[(i+r)%len(consumeContenders)]
-					if name == cCP && o.skipJava || !o.selected(name) {
-						continue
-					}
-					res, err := runConsume(ctx, name, o, topic, size, total, tmp)
-					c.record(name, r, o.runs, res, err)
-					if ctx.Err() != nil {
-						return ctx.Err()
-					}
-				}
-			}
-			// The copy rows read the same topic (same data), each
-			// run on a fresh group into a fresh topic.
-			cc := newCell(size, o.intervals[0])
-			cc.copy = true
-			if o.selected(cCopyMsg) || o.selected(cCopyArrow) {
-				copies = append(copies, cc)
-			}
-			for r := 0; r < o.runs; r++ {
-				for i := range copyContenders {
-					name := copyContenders[(i+r)%len(copyContenders)]
-					if !o.selected(name) {
-						continue
-					}
-					res, err := runCopy(ctx, adm, name, o, topic, size, total, r, stamp)
-					cc.record(name, r, o.runs, res, err)
-					if ctx.Err() != nil {
-						return ctx.Err()
-					}
-				}
-			}
-			deleteTopic(adm, topic)
 		}
 	}
 
 	var sat []*satCell
 	if !o.skipSat && o.selected(cEOS) {
-		if sat, err = runSaturation(ctx, adm, o, stamp, tmp); err != nil {
+		if sat, err = b.runSaturation(ctx); err != nil {
 			return err
 		}
 	}
@@ -175,7 +175,7 @@ func run(ctx context.Context, o options) error {
 	md := rep.markdown()
 	fmt.Println(md)
 	if o.plot != "" {
-		if err := writePlot(o.plot, produce); err != nil {
+		if err := writePlot(o.plot, produce, consume, copies); err != nil {
 			logf("plot: %v", err)
 		} else {
 			logf("wrote %s", o.plot)
@@ -188,6 +188,344 @@ func run(ctx context.Context, o options) error {
 		logf("wrote %s", o.out)
 	}
 	return nil
+}
+
+// runs says whether contender name runs in round r.
+func (o options) runsIn(name string, r int) bool {
+	if !o.selected(name) {
+		return false
+	}
+	if name == cPPTuned || name == cPPDef || name == cPPNoTxn {
+		if o.skipJava {
+			return false
+		}
+	}
+	return !contextRow(name) || o.contextRuns == 0 || r < o.contextRuns
+}
+
+// produceRound runs round r of a produce row: every contender once, each on a
+// fresh topic, the count of records in the topic asserted against what the
+// contender says it wrote.
+func (b *bench) produceRound(ctx context.Context, c *cell, r int) error {
+	o := b.o
+	for i := range produceContenders {
+		name := produceContenders[(i+r)%len(produceContenders)]
+		if !o.runsIn(name, r) {
+			continue
+		}
+		res, err := b.produceOne(ctx, name, c, r, 0)
+		c.record(name, r, o.runs, res, err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if name == cEOS && err == nil && o.runsIn(cCadence, r) && res.Epochs > 0 {
+			iv := time.Duration(res.Seconds / float64(res.Epochs) * float64(time.Second))
+			res2, err := b.produceOne(ctx, cCadence, c, r, iv)
+			c.record(cCadence, r, o.runs, res2, err)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// produceOne runs one produce contender on a fresh topic and checks the
+// topic's record count. cadence is cCadence's epoch interval.
+// ProducerPerformance runs once more, with a record count sized from the rate
+// it showed, if its steady-state span came out shorter than 90 % of the
+// duration.
+func (b *bench) produceOne(ctx context.Context, name string, c *cell, r int, cadence time.Duration) (result, error) {
+	o := b.o
+	for attempt := 0; ; attempt++ {
+		topic := fmt.Sprintf("bench-%s-%d-%s-%d-%d-%s", slug(name), c.size, c.interval, r, attempt, b.stamp)
+		res, err := withTopic(ctx, b.adm, topic, o.partitions, func() (result, error) {
+			res, err := b.produceRun(ctx, name, topic, c.size, c.interval, cadence)
+			if err != nil {
+				return res, err
+			}
+			counts, err := countRecords(ctx, b.cl, topic, nil)
+			if err != nil {
+				return res, fmt.Errorf("counting %s: %w", topic, err)
+			}
+			if n := sum(counts); n != res.Total {
+				return res, fmt.Errorf("the topic holds %d records (read_committed), the contender wrote %d", n, res.Total)
+			}
+			return res, nil
+		})
+		if err != nil {
+			return res, err
+		}
+		if res.Bytes == 0 {
+			res.Bytes = res.Records * int64(c.size)
+		}
+		b.est[b.estKey(name, c.size)] = res.RecordsPerSec()
+		if res.Rate == 0 || res.Seconds >= 0.9*o.duration.Seconds() || attempt == 1 {
+			return res, nil
+		}
+		logf("%s ran %.1fs at %.0f records/s, shorter than the duration: once more with a record count sized from that rate", name, res.Seconds, res.RecordsPerSec())
+	}
+}
+
+func (b *bench) produceRun(ctx context.Context, name, topic string, size int, iv, cadence time.Duration) (result, error) {
+	o := b.o
+	switch name {
+	case cEOS:
+		return childRun(ctx, "eos", o, topic, size, 0, iv)
+	case cPlain:
+		return childRun(ctx, "plain", o, topic, size, 0, iv)
+	case cProbe:
+		return childRun(ctx, "probe", o, topic, size, 0, iv)
+	case cCadence:
+		return childRun(ctx, "probe", o, topic, size, 0, cadence)
+	case cRawNoTxn:
+		return childRun(ctx, "rawproduce", o, topic, size, 0, iv)
+	case cPPTuned, cPPDef, cPPNoTxn:
+		k := ppKind{tuned: name != cPPDef, txn: name != cPPNoTxn}
+		// A record count that lasts about warmup + duration at the
+		// expected rate: the last measured one, at first a fraction
+		// of the raw loop's.
+		est := b.est[b.estKey(name, size)]
+		if est == 0 {
+			ref, frac := cProbe, 0.5
+			if !k.txn {
+				ref, frac = cRawNoTxn, 0.7
+			}
+			if v := b.est[b.estKey(ref, size)]; v > 0 {
+				est = v * frac
+			} else {
+				est = 100e6 / float64(size) // 100 MB/s
+			}
+		}
+		warm := int(est * o.warmup.Seconds())
+		n := warm + int(est*o.duration.Seconds()*1.05)
+		return runProducerPerf(ctx, k, o.brokers, topic, n, warm, size, iv, b.tmp)
+	}
+	return result{}, fmt.Errorf("unknown contender %q", name)
+}
+
+// consumeRows fills a topic transactionally (1 s transactions, so that
+// read_committed readers cross markers) and runs the consume rows and the copy
+// rows on it.
+func (b *bench) consumeRows(ctx context.Context, size int) (*cell, *cell, error) {
+	o := b.o
+	topic := fmt.Sprintf("bench-consume-%d-%s", size, b.stamp)
+	if err := createTopic(ctx, b.adm, topic, o.partitions); err != nil {
+		return nil, nil, err
+	}
+	defer deleteTopic(b.adm, topic)
+	// Enough for the duration of the fastest reader: filled for twice the
+	// duration first, more once a reader reaches the end.
+	available, err := b.fill(ctx, topic, size, 2*o.duration, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cc, cp *cell
+	if anySelected(o, consumeContenders) {
+		cc = newCell("consume", size, 0)
+		for r := 0; r < o.runs; r++ {
+			for i := range consumeContenders {
+				name := consumeContenders[(i+r)%len(consumeContenders)]
+				if !o.runsIn(name, r) {
+					continue
+				}
+				var res result
+				for attempt := 0; ; attempt++ {
+					res, err = b.consumeOne(ctx, name, topic, size, available)
+					if !errors.Is(err, errEndedEarly) || attempt == 3 {
+						break
+					}
+					// Enough for 1.3 times the duration at the rate
+					// it read, at the rate the last fill wrote.
+					want := res.RecordsPerSec() * o.duration.Seconds() * 1.3
+					d := time.Duration((want - float64(available)) / b.fillRate * float64(time.Second))
+					d = max(d, time.Second)
+					logf("%s read the whole topic (%d records) in %.1fs: filling for %s more", name, available, res.Seconds, d.Round(time.Second))
+					if available, err = b.fill(ctx, topic, size, d, available); err != nil {
+						return cc, cp, err
+					}
+				}
+				cc.record(name, r, o.runs, res, err)
+				if ctx.Err() != nil {
+					return cc, cp, ctx.Err()
+				}
+			}
+		}
+	}
+	if anySelected(o, copyContenders) {
+		cp = newCell("copy", size, o.copyInterval)
+		for r := 0; r < o.runs; r++ {
+			for i := range copyContenders {
+				name := copyContenders[(i+r)%len(copyContenders)]
+				if !o.runsIn(name, r) {
+					continue
+				}
+				res, err := b.copyOne(ctx, name, topic, size, r)
+				cp.record(name, r, o.runs, res, err)
+				if ctx.Err() != nil {
+					return cc, cp, ctx.Err()
+				}
+			}
+		}
+	}
+	return cc, cp, nil
+}
+
+func anySelected(o options, names []string) bool {
+	for _, n := range names {
+		if o.selected(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// fill adds records to topic with the raw transactional loop (1 s
+// transactions) for d, and returns the records the topic then holds (had:
+// those it held before).
+func (b *bench) fill(ctx context.Context, topic string, size int, d time.Duration, had int64) (int64, error) {
+	fo := b.o
+	fo.warmup, fo.duration, fo.profileDir = 0, d, ""
+	if _, err := childRun(ctx, "probe", fo, topic, size, 0, time.Second); err != nil {
+		return 0, fmt.Errorf("filling %s: %w", topic, err)
+	}
+	counts, err := countRecords(ctx, b.cl, topic, nil)
+	if err != nil {
+		return 0, err
+	}
+	n := sum(counts)
+	b.fillRate = float64(n-had) / d.Seconds()
+	logf("filled %s: %d records of %d B (%d more, %.0f records/s)", topic, n, size, n-had, b.fillRate)
+	return n, nil
+}
+
+// consumeOne runs one reader and checks what it read against the topic.
+func (b *bench) consumeOne(ctx context.Context, name, topic string, size int, available int64) (result, error) {
+	o := b.o
+	var r result
+	var err error
+	switch name {
+	case cNative:
+		r, err = childRun(ctx, "native", o, topic, size, 0, 0)
+	case cNativeArrow:
+		r, err = childRun(ctx, "native_arrow", o, topic, size, 0, 0)
+	case cRawC:
+		r, err = childRun(ctx, "rawconsume", o, topic, size, int(available), 0)
+	case cCP:
+		return b.consumerPerf(ctx, topic, size, available)
+	default:
+		err = fmt.Errorf("unknown contender %q", name)
+	}
+	if err == nil && r.EndedEarly {
+		err = errEndedEarly
+	}
+	if err != nil {
+		return r, err
+	}
+	// Exactly the topic's records below the last offset read, per
+	// partition: nothing lost, nothing twice.
+	upTo := map[int32]int64{}
+	for p := range int32(o.partitions) {
+		upTo[p] = 0
+	}
+	for p, pr := range r.Reads {
+		upTo[p] = pr.Next
+	}
+	counts, err := countRecords(ctx, b.cl, topic, upTo)
+	if err != nil {
+		return r, fmt.Errorf("counting %s: %w", topic, err)
+	}
+	for p, n := range counts {
+		var got int64
+		if pr := r.Reads[p]; pr != nil {
+			got = pr.N
+		}
+		if got != n {
+			return r, fmt.Errorf("partition %d: read %d records below offset %d, the topic holds %d there", p, got, upTo[p], n)
+		}
+	}
+	r.Bytes = r.Records * int64(size)
+	b.est[b.estKey(name, size)] = r.RecordsPerSec()
+	return r, nil
+}
+
+// consumerPerf runs ConsumerPerformance for a record count that lasts about
+// the duration at its expected rate (at most the topic's records), once more
+// if it came out shorter than 90 % of it.
+func (b *bench) consumerPerf(ctx context.Context, topic string, size int, available int64) (result, error) {
+	o := b.o
+	est := b.est[b.estKey(cCP, size)]
+	if est == 0 {
+		if v := b.est[b.estKey(cRawC, size)]; v > 0 {
+			est = v * 0.6
+		} else {
+			est = 200e6 / float64(size)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		n := min(int64(est*o.duration.Seconds()*1.05), available)
+		res, err := runConsumerPerf(ctx, o.brokers, topic, int(n), b.tmp)
+		if err != nil {
+			return res, err
+		}
+		res.Bytes = res.Records * int64(size)
+		if res.Seconds >= 0.9*o.duration.Seconds() || attempt == 1 || n == available {
+			if res.Seconds < 0.9*o.duration.Seconds() {
+				logf("ConsumerPerformance ran %.1fs only (%d records)", res.Seconds, n)
+			}
+			b.est[b.estKey(cCP, size)] = res.RecordsPerSec()
+			return res, nil
+		}
+		est = res.RecordsPerSec()
+	}
+}
+
+// copyOne runs one copy contender from the consume topic to a fresh topic on
+// a fresh group, and checks the copy: it holds exactly the records that went
+// through the copy, and those are exactly the source's records below the
+// group's committed offsets.
+func (b *bench) copyOne(ctx context.Context, name, topic string, size, round int) (result, error) {
+	o := b.o
+	kind := map[string]string{cCopyRaw: "rawcopy", cCopyMsg: "copy_message", cCopyArrow: "copy_arrow"}[name]
+	co := o
+	co.copyTopic = fmt.Sprintf("bench-%s-%d-%d-%s", strings.ReplaceAll(kind, "_", "-"), size, round, b.stamp)
+	return withTopic(ctx, b.adm, co.copyTopic, o.partitions, func() (result, error) {
+		r, err := childRun(ctx, kind, co, topic, size, 0, o.copyInterval)
+		if err != nil {
+			return r, err
+		}
+		group := "bench-copy-" + co.copyTopic
+		offs, err := b.adm.FetchOffsets(ctx, group)
+		if err != nil {
+			return r, fmt.Errorf("committed offsets of %s: %w", group, err)
+		}
+		upTo := map[int32]int64{}
+		for p := range int32(o.partitions) {
+			upTo[p] = 0
+			if or, ok := offs.Lookup(topic, p); ok && or.Err == nil {
+				upTo[p] = or.At
+			}
+		}
+		src, err := countRecords(ctx, b.cl, topic, upTo)
+		if err != nil {
+			return r, err
+		}
+		dst, err := countRecords(ctx, b.cl, co.copyTopic, nil)
+		if err != nil {
+			return r, err
+		}
+		ns, nd := sum(src), sum(dst)
+		for p := range src {
+			if src[p] != dst[p] {
+				return r, fmt.Errorf("partition %d: the copy holds %d records, the source %d below the committed offset %d", p, dst[p], src[p], upTo[p])
+			}
+		}
+		if nd != r.Total {
+			return r, fmt.Errorf("the copy holds %d records (source below the committed offsets: %d), %d went through the pipeline", nd, ns, r.Total)
+		}
+		r.Bytes = r.Records * int64(size)
+		return r, nil
+	})
 }
 
 // satCell is one configuration of the saturation row: kafka_eos with 1 KiB
@@ -207,7 +545,8 @@ const satGoMemLimit = "320MiB"
 
 const satSize = 1024
 
-func runSaturation(ctx context.Context, adm *kadm.Client, o options, stamp, tmp string) ([]*satCell, error) {
+func (b *bench) runSaturation(ctx context.Context) ([]*satCell, error) {
+	o := b.o
 	var out []*satCell
 	for _, lim := range []string{"", satGoMemLimit} {
 		sc := &satCell{goMemLimit: lim, rounds: make([]*result, o.runs)}
@@ -218,19 +557,17 @@ func runSaturation(ctx context.Context, adm *kadm.Client, o options, stamp, tmp 
 			so.childEnv = []string{"GOMEMLIMIT=" + lim}
 		}
 		for r := 0; r < o.runs; r++ {
-			topic := fmt.Sprintf("bench-sat-%d-%d-%s", len(out), r, stamp)
-			res, err := withTopic(ctx, adm, topic, o.partitions, func() (result, error) {
-				return childRun(ctx, "eos", so, topic, satSize, o.satRecords, time.Second)
+			topic := fmt.Sprintf("bench-sat-%d-%d-%s", len(out), r, b.stamp)
+			res, err := withTopic(ctx, b.adm, topic, o.partitions, func() (result, error) {
+				return childRun(ctx, "eos", so, topic, satSize, 0, time.Second)
 			})
-			label := "saturation, GOMEMLIMIT " + lim
-			if lim == "" {
-				label = "saturation, no GOMEMLIMIT"
-			}
+			label := "saturation, " + sc.label()
 			if err != nil {
 				msg := fmt.Sprintf("round %d %s: %v", r+1, label, err)
 				sc.errs = append(sc.errs, msg)
 				logf("FAILED %s", msg)
 			} else {
+				res.Bytes = res.Records * satSize
 				sc.rounds[r] = &res
 				logf("round %d %s: %.0f records/s, peak buffered %d MiB, VmHWM %d MiB", r+1, label, res.RecordsPerSec(), res.BufferedPeak>>20, res.RSS>>20)
 			}
@@ -246,7 +583,7 @@ func (c *cell) record(name string, round, runs int, res result, err error) {
 	if c.rounds[name] == nil {
 		c.rounds[name] = make([]*result, runs)
 	}
-	label := fmt.Sprintf("%s, %d B", name, c.size)
+	label := fmt.Sprintf("%s, %s %d B", name, c.kind, c.size)
 	if c.interval > 0 {
 		label += ", " + c.interval.String()
 	}
@@ -257,70 +594,11 @@ func (c *cell) record(name string, round, runs int, res result, err error) {
 		return
 	}
 	c.rounds[name][round] = &res
-	logf("round %d %s: %.0f records/s (%.1f MB/s)", round+1, label, res.RecordsPerSec(), res.MBPerSec(c.size))
-}
-
-func runProduce(ctx context.Context, name string, o options, topic string, size int, iv time.Duration, tmp string) (result, error) {
-	switch name {
-	case cEOS:
-		return childRun(ctx, "eos", o, topic, size, o.records, iv)
-	case cPlain:
-		return childRun(ctx, "plain", o, topic, size, o.records, iv)
-	case cProbe:
-		return childRun(ctx, "probe", o, topic, size, o.records, iv)
-	case cPP:
-		return runProducerPerf(ctx, o.brokers, topic, o.records, size, iv, tmp)
-	}
-	return result{}, fmt.Errorf("unknown contender %q", name)
-}
-
-func runConsume(ctx context.Context, name string, o options, topic string, size, total int, tmp string) (result, error) {
-	var r result
-	var err error
-	switch name {
-	case cNative:
-		r, err = childRun(ctx, "native", o, topic, size, total, 0)
-	case cNativeArrow:
-		r, err = childRun(ctx, "native_arrow", o, topic, size, total, 0)
-	case cRawC:
-		r, err = childRun(ctx, "rawconsume", o, topic, size, total, 0)
-	case cCP:
-		r, err = runConsumerPerf(ctx, o.brokers, topic, total, tmp)
-	default:
-		err = fmt.Errorf("unknown contender %q", name)
-	}
-	if err == nil && r.Bytes == 0 {
-		r.Bytes = r.Records * int64(size)
-	}
-	return r, err
+	logf("round %d %s: %.0f records/s (%.1f MB/s) over %.1fs, %.2f CPU s per M records", round+1, label, res.RecordsPerSec(), res.MBPerSec(c.size), res.Seconds, res.CPUPerMillion())
 }
 
 // selected says whether -only lets contender name run.
 func (o options) selected(name string) bool { return o.only == nil || o.only[slug(name)] }
-
-// runCopy runs one copy contender: an exactly-once copy of the consume topic
-// (total records) to a fresh topic with as many partitions.
-func runCopy(ctx context.Context, adm *kadm.Client, name string, o options, topic string, size, total, round int, stamp string) (result, error) {
-	kind := "copy_message"
-	if name == cCopyArrow {
-		kind = "copy_arrow"
-	}
-	o.copyTopic = fmt.Sprintf("bench-%s-%d-%d-%s", strings.ReplaceAll(kind, "_", "-"), size, round, stamp)
-	r, err := withTopic(ctx, adm, o.copyTopic, o.partitions, func() (result, error) {
-		return childRun(ctx, kind, o, topic, size, total, o.intervals[0])
-	})
-	if err == nil && r.Records != int64(total) {
-		err = fmt.Errorf("copied %d records, want %d", r.Records, total)
-	}
-	if err == nil {
-		r.Bytes = r.Records * int64(size)
-	}
-	return r, err
-}
-
-func slug(name string) string {
-	return strings.NewReplacer(" ", "", "(", "", ")", "", "_", "").Replace(strings.ToLower(strings.Fields(name)[0]))
-}
 
 // withTopic runs fn on a fresh topic and deletes the topic afterwards (the
 // machine's disk is not the subject).

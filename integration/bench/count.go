@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// countRecords counts, per partition of topic, the records a read_committed
+// reader sees from the log start up to upTo[partition] (exclusive; the last
+// stable offset where upTo is nil or has no entry): data records of committed
+// or non-transactional batches, without transaction markers and without the
+// records of aborted transactions. It reads batch headers only (the records
+// are not decoded), so that a topic of millions of records is counted in
+// about the time the broker takes to send it: the harness asserts with it
+// that every contender wrote, read or copied exactly the records it claims.
+func countRecords(ctx context.Context, cl *kgo.Client, topic string, upTo map[int32]int64) (map[int32]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	td, ok := md.Topics[topic]
+	if !ok || td.Err != nil {
+		return nil, fmt.Errorf("count %s: metadata: %v", topic, td.Err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	stable, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	for p, pd := range td.Partitions {
+		from, ok1 := starts.Lookup(topic, p)
+		lso, ok2 := stable.Lookup(topic, p)
+		if !ok1 || !ok2 || from.Err != nil || lso.Err != nil {
+			return nil, fmt.Errorf("count %s[%d]: no start or stable offset", topic, p)
+		}
+		end := lso.Offset
+		if b, ok := upTo[p]; ok {
+			if b > end {
+				return nil, fmt.Errorf("count %s[%d]: bound %d is past the last stable offset %d", topic, p, b, end)
+			}
+			end = b
+		}
+		n, err := countPartition(ctx, cl.Broker(int(pd.Leader)), topic, td.ID, p, from.Offset, end)
+		if err != nil {
+			return nil, fmt.Errorf("count %s[%d]: %w", topic, p, err)
+		}
+		out[p] = n
+	}
+	return out, nil
+}
+
+// sum adds the per-partition counts.
+func sum(m map[int32]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// Record batch v2 header layout (Kafka's DefaultRecordBatch).
+const (
+	rbBaseOffset      = 0
+	rbLength          = 8
+	rbMagic           = 16
+	rbAttributes      = 21
+	rbLastOffsetDelta = 23
+	rbProducerID      = 43
+	rbRecordCount     = 57
+	rbHeaderSize      = 61
+	attrCompression   = 0x07
+	attrTransactional = 0x10
+	attrControl       = 0x20
+)
+
+// countPartition counts the read_committed data records in [from, end).
+func countPartition(ctx context.Context, br *kgo.Broker, topic string, id [16]byte, p int32, from, end int64) (int64, error) {
+	var n int64
+	off := from
+	// Producers whose aborted transaction is open at the current batch
+	// (the standard read_committed filter: a producer enters at the first
+	// offset of its aborted transaction and leaves at its abort marker).
+	abortedOpen := map[int64]bool{}
+	var pending []kmsg.FetchResponseTopicPartitionAbortedTransaction
+	empty := 0
+	for off < end {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 100
+		req.MinBytes = 1
+		req.MaxBytes = 64 << 20
+		req.IsolationLevel = 1
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, id
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, off, 32<<20
+		rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, br)
+		if err != nil {
+			return 0, err
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return 0, err
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return 0, errors.New("fetch answered another topic or partition")
+		}
+		rp2 := resp.Topics[0].Partitions[0]
+		if err := kerr.ErrorForCode(rp2.ErrorCode); err != nil {
+			return 0, err
+		}
+		pending = append(pending, rp2.AbortedTransactions...)
+		sort.Slice(pending, func(i, j int) bool { return pending[i].FirstOffset < pending[j].FirstOffset })
+		b := rp2.RecordBatches
+		progressed := false
+		for len(b) >= rbHeaderSize && off < end {
+			length := int(binary.BigEndian.Uint32(b[rbLength:]))
+			if length < rbHeaderSize-12 || 12+length > len(b) {
+				break // a partial batch at the end of the response
+			}
+			batch := b[:12+length]
+			b = b[12+length:]
+			if batch[rbMagic] != 2 {
+				return 0, fmt.Errorf("record batch magic %d at offset %d", batch[rbMagic], off)
+			}
+			base := int64(binary.BigEndian.Uint64(batch[rbBaseOffset:]))
+			last := base + int64(int32(binary.BigEndian.Uint32(batch[rbLastOffsetDelta:])))
+			if last < off {
+				continue // before the fetch offset (a batch is returned whole)
+			}
+			attrs := binary.BigEndian.Uint16(batch[rbAttributes:])
+			pid := int64(binary.BigEndian.Uint64(batch[rbProducerID:]))
+			for len(pending) > 0 && pending[0].FirstOffset <= last {
+				abortedOpen[pending[0].ProducerID] = true
+				pending = pending[1:]
+			}
+			switch {
+			case attrs&attrControl != 0:
+				if abortMarker(batch) {
+					delete(abortedOpen, pid)
+				}
+			case attrs&attrTransactional != 0 && abortedOpen[pid]:
+				// an aborted transaction's records
+			default:
+				c, err := recordsBelow(batch, base, last, off, end, attrs)
+				if err != nil {
+					return 0, err
+				}
+				n += c
+			}
+			off = last + 1
+			progressed = true
+		}
+		if !progressed {
+			if empty++; empty > 50 {
+				return 0, fmt.Errorf("no records at offset %d below %d", off, end)
+			}
+		} else {
+			empty = 0
+		}
+	}
+	return n, nil
+}
+
+// recordsBelow is the number of records of a data batch with offsets in
+// [from, end): all of them unless a bound cuts the batch, in which case the
+// records' offset deltas are read (uncompressed batches only).
+func recordsBelow(batch []byte, base, last, from, end int64, attrs uint16) (int64, error) {
+	count := int64(int32(binary.BigEndian.Uint32(batch[rbRecordCount:])))
+	if base >= from && last < end {
+		return count, nil
+	}
+	if attrs&attrCompression != 0 {
+		return 0, fmt.Errorf("a compressed batch [%d, %d] is cut by the bounds [%d, %d)", base, last, from, end)
+	}
+	var n int64
+	rec := batch[rbHeaderSize:]
+	for i := int64(0); i < count; i++ {
+		l, k := binary.Varint(rec)
+		if k <= 0 || int(l) > len(rec)-k {
+			return 0, fmt.Errorf("bad record in batch at %d", base)
+		}
+		body := rec[k : k+int(l)]
+		rec = rec[k+int(l):]
+		// attributes int8, timestampDelta varint, offsetDelta varint
+		_, k1 := binary.Varint(body[1:])
+		d, k2 := binary.Varint(body[1+k1:])
+		if k1 <= 0 || k2 <= 0 {
+			return 0, fmt.Errorf("bad record header in batch at %d", base)
+		}
+		if o := base + d; o >= from && o < end {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// abortMarker says whether a control batch holds an ABORT marker (its one
+// record's key: version int16, type int16, 0 = abort, 1 = commit).
+func abortMarker(batch []byte) bool {
+	rec := batch[rbHeaderSize:]
+	_, k := binary.Varint(rec) // record length
+	if k <= 0 || len(rec) < k+1 {
+		return false
+	}
+	body := rec[k+1:] // past attributes
+	for range 2 {     // timestampDelta, offsetDelta
+		_, k = binary.Varint(body)
+		if k <= 0 {
+			return false
+		}
+		body = body[k:]
+	}
+	kl, k := binary.Varint(body)
+	if k <= 0 || kl < 4 || len(body) < k+4 {
+		return false
+	}
+	return binary.BigEndian.Uint16(body[k+2:]) == 0
+}
