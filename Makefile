@@ -24,10 +24,10 @@ lint: build
 docs:
 	go test ./internal/docgen -update
 
-# Benchmarks on a real Apache Kafka it starts (~10 min): kafka_eos vs a plain
+# Benchmarks on a real Apache Kafka it starts (~15 min): kafka_eos vs a plain
 # idempotent output, raw franz-go and Kafka's ProducerPerformance /
 # ConsumerPerformance; rewrites the table in docs/benchmarks.md and its plot.
-# Flags: make bench BENCH_FLAGS='-records 100000 -runs 1'
+# Flags: make bench BENCH_FLAGS='-runs 1 -duration 5s'
 bench:
 	go run ./integration/bench -out docs/benchmarks.md $(BENCH_FLAGS)
 
