@@ -118,11 +118,13 @@ max_batch_records: 100
 	h1 := e.newInput(t, conf)
 	h1.mustConnect()
 	first := h1.readN(20, readTimeout)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
 	require.NoError(t, h1.in.Close(ctx))
-	assert.Less(t, time.Since(start), 2*time.Second, "Close returns promptly and leaves the group")
+	// Promptly: well under the 45s session timeout a Close that did not
+	// leave the group would wait for, with room for a loaded machine.
+	assert.Less(t, time.Since(start), 15*time.Second, "Close returns promptly and leaves the group")
 	assert.Len(t, first, 20)
 	assert.Equal(t, int64(10), e.committed(t, group, topic, 0), "Close commits what was acknowledged")
 	assert.Equal(t, int64(10), e.committed(t, group, topic, 1))
