@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -43,7 +44,20 @@ func countRecords(ctx context.Context, cl *kgo.Client, topic string, upTo map[in
 		return nil, err
 	}
 	out := map[int32]int64{}
-	for p, pd := range td.Partitions {
+	began := time.Now()
+	defer func() {
+		if d := time.Since(began); d > 2*time.Second {
+			logf("counted %d records of %s in %.1fs", sum(out), topic, d.Seconds())
+		}
+	}()
+	// The partitions are counted at once: the broker sends each from the
+	// page cache, and one connection at a time leaves the cores idle.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var firstErr error
+	type span struct{ from, end int64 }
+	spans := map[int32]span{}
+	for p := range td.Partitions {
 		from, ok1 := starts.Lookup(topic, p)
 		lso, ok2 := stable.Lookup(topic, p)
 		if !ok1 || !ok2 || from.Err != nil || lso.Err != nil {
@@ -56,11 +70,25 @@ func countRecords(ctx context.Context, cl *kgo.Client, topic string, upTo map[in
 			}
 			end = b
 		}
-		n, err := countPartition(ctx, cl.Broker(int(pd.Leader)), topic, td.ID, p, from.Offset, end)
-		if err != nil {
-			return nil, fmt.Errorf("count %s[%d]: %w", topic, p, err)
-		}
-		out[p] = n
+		spans[p] = span{from.Offset, end}
+	}
+	for p, pd := range td.Partitions {
+		sp := spans[p]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := countPartition(ctx, cl.Broker(int(pd.Leader)), topic, td.ID, p, sp.from, sp.end)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("count %s[%d]: %w", topic, p, err)
+			}
+			out[p] = n
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	return out, nil
 }

@@ -102,13 +102,13 @@ func main() {
 	var o options
 	var sizes, intervals string
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured span of every contender's run (ProducerPerformance and ConsumerPerformance get a record count that lasts about as long at their last measured rate)")
-	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "produce rows: unmeasured lead before the measured span (ProducerPerformance: --warmup-records)")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "produce rows: unmeasured lead before the measured span (ProducerPerformance: --warmup-records)")
 	flag.DurationVar(&o.copyInterval, "copy-interval", 100*time.Millisecond, "epoch interval of the copy rows (kafka_eos and the raw copy loop)")
 	flag.StringVar(&o.profileDir, "cpuprofile", "", "directory: every Go child writes a pprof CPU profile of its run there")
-	flag.IntVar(&o.contextRuns, "context-runs", 0, "rounds in which the rows without a target run (ceiling, ProducerPerformance defaults, raw loop at kafka_eos's cadence); 0: every round")
+	flag.IntVar(&o.contextRuns, "context-runs", 1, "rounds in which the rows without a target run (ceiling, ProducerPerformance defaults, raw loop at kafka_eos's cadence); 0: every round")
 	flag.StringVar(&sizes, "sizes", "100,1024", "record (value) sizes in bytes, comma separated")
 	flag.StringVar(&intervals, "intervals", "1s", "epoch (transaction) intervals of the produce rows, comma separated")
-	flag.IntVar(&o.runs, "runs", 3, "rounds per row; the table shows medians and ranges, a target is met only if every round meets it")
+	flag.IntVar(&o.runs, "runs", 2, "rounds per row; the table shows medians and ranges, a target is met only if every round meets it")
 	flag.IntVar(&o.partitions, "partitions", 3, "partitions of every benchmark topic")
 	flag.IntVar(&o.batch, "batch", 1024, "records per Benthos batch emitted by the pipelines' input")
 	flag.IntVar(&o.slots, "probe-slots", 2, "transactional producers of the raw franz-go loop (kafka_eos's producer_pool_size default)")
