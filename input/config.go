@@ -41,6 +41,8 @@ type config struct {
 	discovery     time.Duration    // partition_discovery_interval (unbounded reads)
 	group         string
 	membership    bool
+	instanceID    string // static membership, with membership
+	rack          string
 	revokeTimeout time.Duration
 	// session, rebalance and heartbeat are the group's timeouts
 	// (group_membership only).
@@ -266,6 +268,12 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 	if c.membership, err = conf.FieldBool(knFieldGroupMembership); err != nil {
 		return nil, err
 	}
+	if c.instanceID, err = conf.FieldString(knFieldInstanceID); err != nil {
+		return nil, err
+	}
+	if c.rack, err = conf.FieldString(knFieldRackID); err != nil {
+		return nil, err
+	}
 	if c.revokeTimeout, err = conf.FieldDuration(knFieldRevokeTimeout); err != nil {
 		return nil, err
 	}
@@ -341,22 +349,24 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 	if c.maxBatchRecords, err = conf.FieldInt(knFieldMaxBatchRecords); err != nil {
 		return nil, err
 	}
-	if c.maxBatchBytes, err = conf.FieldInt(knFieldMaxBatchBytes); err != nil {
-		return nil, err
+	var nb int64
+	if nb, err = kafkaconf.FieldBytes(conf, knFieldMaxBatchBytes); err != nil {
+		return nil, fmt.Errorf("field %s: %w", knFieldMaxBatchBytes, err)
 	}
-	var n int
-	if n, err = conf.FieldInt(knFieldMaxPartitionBytes); err != nil {
-		return nil, err
+	c.maxBatchBytes = int(nb)
+	var n int64
+	if n, err = kafkaconf.FieldBytes(conf, knFieldMaxPartitionBytes); err != nil {
+		return nil, fmt.Errorf("field %s: %w", knFieldMaxPartitionBytes, err)
 	}
 	if n < 1 || n > math.MaxInt32 {
 		// The protocol field is an int32: a larger value would wrap.
 		return nil, fmt.Errorf("field %s: %d is out of range [1, %d]", knFieldMaxPartitionBytes, n, math.MaxInt32)
 	}
 	c.maxPartitionBytes = int32(n)
-	if n, err = conf.FieldInt(knFieldMaxBufferedBytes); err != nil {
-		return nil, err
+	if n, err = kafkaconf.FieldBytes(conf, knFieldMaxBufferedBytes); err != nil {
+		return nil, fmt.Errorf("field %s: %w", knFieldMaxBufferedBytes, err)
 	}
-	c.maxBufferedBytes = int64(n)
+	c.maxBufferedBytes = n
 	if c.maxDecompressed, err = conf.FieldInt(knFieldMaxDecompressed); err != nil {
 		return nil, err
 	}
@@ -401,6 +411,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("field %s: timestamp needs %s", knFieldStopOffset, knFieldStopTimestamp)
 	case c.stopAtHWM && c.stop != offsetLatest:
 		return fmt.Errorf("field %s: applies only to %s latest", knFieldStopAtHWM, knFieldStopOffset)
+	case c.instanceID != "" && !c.membership:
+		return fmt.Errorf("field %s: static membership needs %s: true", knFieldInstanceID, knFieldGroupMembership)
 	case c.membership && c.group == "":
 		return fmt.Errorf("field %s: needs a %s", knFieldGroupMembership, knFieldConsumerGroup)
 	case c.membership && c.stop != offsetNone:

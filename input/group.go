@@ -95,7 +95,7 @@ func (g *groupMember) opts() []kgo.Opt {
 		// refreshes.
 		topics = append(topics, kgo.MetadataMinAge(min(g.cfg.discovery, 5*time.Second)), kgo.MetadataMaxAge(min(g.cfg.discovery, time.Hour)))
 	}
-	return append(topics,
+	opts := append(topics,
 		kgo.ConsumerGroup(g.cfg.group),
 		kgo.SessionTimeout(g.cfg.session),
 		kgo.RebalanceTimeout(g.cfg.rebalance),
@@ -106,6 +106,10 @@ func (g *groupMember) opts() []kgo.Opt {
 		kgo.OnPartitionsRevoked(g.revoked),
 		kgo.OnPartitionsLost(g.lost),
 	)
+	if g.cfg.instanceID != "" {
+		opts = append(opts, kgo.InstanceID(g.cfg.instanceID))
+	}
+	return opts
 }
 
 func toTPs(m map[string][]int32) []tp {

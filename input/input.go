@@ -246,6 +246,9 @@ func (in *kafkaInput) consumerOpts(consume map[string]map[int32]kgo.Offset, memb
 		iso = kgo.ReadCommitted()
 	}
 	opts := cfg.conn.Opts()
+	if cfg.rack != "" {
+		opts = append(opts, kgo.Rack(cfg.rack))
+	}
 	if member != nil {
 		opts = append(opts, member.opts()...)
 	} else {

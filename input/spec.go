@@ -37,6 +37,8 @@ const (
 	knFieldDiscovery           = "partition_discovery_interval"
 	knFieldConsumerGroup       = "consumer_group"
 	knFieldGroupMembership     = "group_membership"
+	knFieldInstanceID          = "instance_id"
+	knFieldRackID              = "rack_id"
 	knFieldRevokeTimeout       = "revoke_ack_timeout"
 	knFieldSessionTimeout      = "session_timeout"
 	knFieldRebalanceTimeout    = "rebalance_timeout"
@@ -111,9 +113,10 @@ root = match {
   $stop == "timestamp" && (this.stop_timestamp_ms | -1) < 0 => [ "stop_offset timestamp needs stop_timestamp_ms" ],
   (this.stop_at_high_watermark | false) && $stop != "latest" => [ "stop_at_high_watermark applies only to stop_offset latest" ],
   (this.group_membership | false) && $group == "" => [ "field group_membership: needs a consumer_group" ],
+  (this.instance_id | "") != "" && !(this.group_membership | false) => [ "field instance_id: static membership needs group_membership: true" ],
   (this.group_membership | false) && $stop != "none" => [ "field group_membership: needs stop_offset none (a bounded read never uses membership), got %v".format($stop) ],
   (this.group_membership | false) && $start != "committed" => [ "field group_membership: needs start_offset committed, got %v".format($start) ],
-  (this.fetch_max_partition_bytes | 1) < 1 || (this.fetch_max_partition_bytes | 1) > 2147483647 => [ "field fetch_max_partition_bytes: %v is out of range [1, 2147483647]".format(this.fetch_max_partition_bytes) ],
+  (this.fetch_max_partition_bytes | 1).int64().catch(1) < 1 || (this.fetch_max_partition_bytes | 1).int64().catch(1) > 2147483647 => [ "field fetch_max_partition_bytes: %v is out of range [1, 2147483647]".format(this.fetch_max_partition_bytes) ],
   (this.group_membership | false) && (this.topics | []).any(t -> t.contains(":")) => [ "group_membership reads whole topics: the group assigns the partitions" ],
   $member && $session > 0 && $heartbeat >= $session => [ "heartbeat_interval must be shorter than session_timeout (a third of it or less is usual): the coordinator drops a member whose heartbeats are further apart" ],
   $member && $rebalance > 0 && $revoke * 2 >= $rebalance => [ "revoke_ack_timeout must be less than half of rebalance_timeout: a revoke waits up to revoke_ack_timeout for acks and again for the output's epochs, and a member that takes longer than rebalance_timeout is dropped from the group" ],
@@ -190,6 +193,14 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 			service.NewStringField(knFieldConsumerGroup).
 				Description("The consumer group whose offsets are read for `start_offset: committed` (and `stop_offset: committed`) and to which offsets are committed after ack (except with `stop_offset: committed`, which only reads them). Empty (the default) means no group: nothing is committed, and no group is ever invented.").
 				Default(""),
+			service.NewStringField(knFieldInstanceID).
+				Description("Static group membership (KIP-345), with `group_membership`: a member id that survives restarts. A member restarted with the same instance id within `session_timeout` gets its partitions back without a rebalance of the group; a member that stops does not leave the group (its partitions wait for it until `session_timeout`). Unique per process of the group, e.g. the pod name. Empty (the default): dynamic membership.").
+				Default("").
+				Advanced(),
+			service.NewStringField(knFieldRackID).
+				Description("The rack this process runs in: with brokers whose `replica.selector.class` is `org.apache.kafka.common.replica.RackAwareReplicaSelector` (KIP-392), fetches go to a replica in the same rack instead of the leader. Empty (the default): fetch from leaders.").
+				Default("").
+				Advanced(),
 			service.NewBoolField(knFieldGroupMembership).
 				Description("Join `consumer_group` as a member, so that several processes with the same group share the partitions of `topics` (the group balances them). Only for unbounded reads (`stop_offset: none`) starting at `start_offset: committed` from whole topics. On a revoke the input waits up to `revoke_ack_timeout` for the batches of the revoked partitions to be acknowledged, commits synchronously and lets them go; acknowledgements that arrive later are ignored (the new owner reads those records again: at-least-once, or exactly-once with a `kafka_eos` output committing this group's offsets, which then finishes the epochs holding the revoked partitions' records before the rebalance goes on and drops their later batches). A lost partition (session expired) commits nothing. Default false: partitions are assigned directly and the group is only an offset store.").
 				Default(false),
@@ -252,14 +263,14 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 			service.NewIntField(knFieldMaxBatchRecords).
 				Description("The most records in one Benthos batch. A batch holds the records of one fetch of one partition, split at this cap. Default 1024.").
 				Default(1024),
-			service.NewIntField(knFieldMaxBatchBytes).
+			kafkaconf.BytesField(knFieldMaxBatchBytes).
 				Description("The most record bytes (key + value) in one Benthos batch; a single larger record forms a batch of its own. Default 1048576 (1 MiB).").
 				Default(1<<20),
-			service.NewIntField(knFieldMaxPartitionBytes).
+			kafkaconf.BytesField(knFieldMaxPartitionBytes).
 				Description("The fetch.max.partition.bytes sent to the brokers: how much one fetch returns per partition at most (a larger first batch is still returned whole). Default 1048576 (1 MiB).").
 				Default(1<<20).
 				Advanced(),
-			service.NewIntField(knFieldMaxBufferedBytes).
+			kafkaconf.BytesField(knFieldMaxBufferedBytes).
 				Description("A partition is paused while the bytes it has handed to the pipeline and not yet had acknowledged exceed this bound, and resumed when they drop below it, so one slow or stuck batch cannot grow memory. Default 67108864 (64 MiB).").
 				Default(64<<20).
 				Advanced(),

@@ -124,9 +124,11 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	if c.compression, err = conf.FieldString(keoFieldCompression); err != nil {
 		return nil, fieldErr(keoFieldCompression, err)
 	}
-	if c.maxMessageBytes, err = conf.FieldInt(keoFieldMaxMessageBytes); err != nil {
+	var n int64
+	if n, err = kafkaconf.FieldBytes(conf, keoFieldMaxMessageBytes); err != nil {
 		return nil, fieldErr(keoFieldMaxMessageBytes, err)
 	}
+	c.maxMessageBytes = int(n)
 	if c.maxMessageBytes < 512 || c.maxMessageBytes > math.MaxInt32 {
 		// franz-go refuses batches capped below 512 bytes.
 		return nil, fieldErr(keoFieldMaxMessageBytes, fmt.Errorf("%d is out of range [512, %d]", c.maxMessageBytes, math.MaxInt32))
@@ -164,9 +166,10 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	if c.epochMaxRecords < 0 {
 		return nil, fieldErr("epoch."+keoFieldEpochMaxRecords, fmt.Errorf("must be 0 (no limit) or positive, got %d", c.epochMaxRecords))
 	}
-	if c.epochMaxBytes, err = ep.FieldInt(keoFieldEpochMaxBytes); err != nil {
+	if n, err = kafkaconf.FieldBytes(ep, keoFieldEpochMaxBytes); err != nil {
 		return nil, fieldErr("epoch."+keoFieldEpochMaxBytes, err)
 	}
+	c.epochMaxBytes = int(n)
 	if c.epochMaxBytes < 0 {
 		return nil, fieldErr("epoch."+keoFieldEpochMaxBytes, fmt.Errorf("must be 0 (no limit) or positive, got %d", c.epochMaxBytes))
 	}
@@ -186,9 +189,10 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	if !mgr.HasCache(c.stateCache) {
 		return nil, fieldErr(keoFieldStateCache, fmt.Errorf("cache resource %q not found", c.stateCache))
 	}
-	if c.maxBuffered, err = conf.FieldInt(keoFieldMaxBufferedBytes); err != nil {
+	if n, err = kafkaconf.FieldBytes(conf, keoFieldMaxBufferedBytes); err != nil {
 		return nil, fieldErr(keoFieldMaxBufferedBytes, err)
 	}
+	c.maxBuffered = int(n)
 	if c.maxBuffered < c.maxMessageBytes {
 		return nil, fieldErr(keoFieldMaxBufferedBytes, fmt.Errorf("%d is below max_message_bytes %d", c.maxBuffered, c.maxMessageBytes))
 	}

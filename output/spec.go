@@ -50,6 +50,7 @@ const (
 	keoFieldDedupePosition    = "position"
 	keoFieldDedupeMaxKeys     = "max_keys"
 	keoPartitionerMurmur2     = "murmur2"
+	keoPartitionerMurmur2Hash = "murmur2_hash" // Redpanda Connect's name for murmur2
 	keoPartitionerManual      = "manual"
 	keoPartitionerRoundRobin  = "round_robin"
 	keoOverrideNone           = "none"
@@ -88,7 +89,13 @@ let budget = $budgetStr.parse_duration().catch(-1)
 let pool = this.producer_pool_size | 2
 let part = this.partitioner | "murmur2"
 let format = this.input_format | "auto"
-let maxMsg = this.max_message_bytes | 1048576
+# Byte sizes may be strings ("1MiB"): their bounds are checked at construction.
+let maxMsgRaw = this.max_message_bytes | 1048576
+let maxMsg = $maxMsgRaw.int64().catch(1048576)
+let maxBufRaw = this.max_buffered_bytes | 268435456
+let maxBuf = $maxBufRaw.int64().catch(268435456)
+let epochBytesRaw = this.epoch.max_bytes | 0
+let epochBytes = $epochBytesRaw.int64().catch(0)
 root = [
   if $timeout == 0 || ($timeout < 0 && $timeout != -1) {
     "field transaction_timeout: must be positive, got %v".format($timeoutStr)
@@ -105,8 +112,8 @@ root = [
   if $maxMsg < 512 || $maxMsg > 2147483647 {
     "field max_message_bytes: %v is out of range [512, 2147483647]".format($maxMsg)
   },
-  if (this.max_buffered_bytes | 268435456) < $maxMsg {
-    "field max_buffered_bytes: %v is below max_message_bytes (%v)".format(this.max_buffered_bytes | 268435456, $maxMsg)
+  if $maxBuf < $maxMsg {
+    "field max_buffered_bytes: %v is below max_message_bytes (%v)".format($maxBuf, $maxMsg)
   },
   if (this.max_in_flight | 64) < 1 {
     "field max_in_flight: must be at least 1, got %v".format(this.max_in_flight | 64)
@@ -114,8 +121,11 @@ root = [
   if (this.epoch.max_records | 0) < 0 {
     "field epoch.max_records: must be 0 (no limit) or positive, got %v".format(this.epoch.max_records)
   },
-  if (this.epoch.max_bytes | 0) < 0 {
-    "field epoch.max_bytes: must be 0 (no limit) or positive, got %v".format(this.epoch.max_bytes)
+  if $epochBytes < 0 {
+    "field epoch.max_bytes: must be 0 (no limit) or positive, got %v".format($epochBytes)
+  },
+  if this.timestamp_ms != null || this.timestamp != null {
+    "field timestamp_ms: not supported (Redpanda Connect's kafka_franz sets record timestamps from it): records get the produce time, because franz-go measures its delivery timeout from the record's timestamp; remove it (Arrow rows can keep their source timestamps with arrow_timestamps)"
   },
   if $pool < 2 {
     "field producer_pool_size: must be at least 2 (epoch N+1 produces while N commits), got %v".format($pool)
@@ -307,8 +317,8 @@ finished).
 			service.NewInterpolatedStringField(keoFieldKey).
 				Description("The record key. Unset means a null key.").
 				Optional(),
-			kafkaconf.EnumField(keoFieldPartitioner, keoPartitionerMurmur2, keoPartitionerManual, keoPartitionerRoundRobin).
-				Description("How records are assigned partitions. `murmur2` (the default) is the Java client's default: keyed records go to murmur2(key) mod partitions, unkeyed records are spread in sticky batches. `manual` uses `partition`.").
+			kafkaconf.EnumField(keoFieldPartitioner, keoPartitionerMurmur2, keoPartitionerManual, keoPartitionerRoundRobin, keoPartitionerMurmur2Hash).
+				Description("How records are assigned partitions. `murmur2` (the default) is the Java client's default: keyed records go to murmur2(key) mod partitions, unkeyed records are spread in sticky batches. `murmur2_hash` (Redpanda Connect's name) is the same. `manual` uses `partition`.").
 				Default(keoPartitionerMurmur2),
 			service.NewInterpolatedStringField(keoFieldPartition).
 				Description("The partition, with `partitioner: manual`.").
@@ -320,7 +330,7 @@ finished).
 				Description("The compression codec of produced batches. Default `none`.").
 				Default("none").
 				Advanced(),
-			service.NewIntField(keoFieldMaxMessageBytes).
+			kafkaconf.BytesField(keoFieldMaxMessageBytes).
 				Description("The largest record batch sent to a broker, in bytes (the producer's max.request.size per batch). Default 1 MiB, the broker's default message.max.bytes; at least 512.").
 				Default(defaultMaxMessageBytes).
 				Advanced(),
@@ -342,7 +352,7 @@ finished).
 				service.NewIntField(keoFieldEpochMaxRecords).
 					Description("Close the epoch once it holds this many records (checked after each whole batch). 0 means no limit. Default 100000.").
 					Default(defaultEpochMaxRecords),
-				service.NewIntField(keoFieldEpochMaxBytes).
+				kafkaconf.BytesField(keoFieldEpoch + "." + keoFieldEpochMaxBytes).
 					Description("Close the epoch once it holds this many bytes of keys and values (checked after each whole batch). 0 means no limit. Default 32 MiB.").
 					Default(defaultEpochMaxBytes),
 				service.NewDurationField(keoFieldEpochInterval).
@@ -351,7 +361,7 @@ finished).
 			).Description("When an epoch (one Kafka transaction) closes."),
 			service.NewStringField(keoFieldStateCache).
 				Description("The name of a cache resource holding the recovery identity of each slot's newest epoch. Keys used: `<transactional_id>/slots` and `<transactional_id>/slot/<n>`, and in dedupe mode `<transactional_id>/positions`."),
-			service.NewIntField(keoFieldMaxBufferedBytes).
+			kafkaconf.BytesField(keoFieldMaxBufferedBytes).
 				Description("The only bound on records buffered in the producers (the record-count cap of franz-go is disabled): writes block once this many bytes wait to be acknowledged. Shared evenly by the `producer_pool_size` slots (each gets at least `max_message_bytes`). Default 256 MiB. It bounds what the producers hold, not the process: the batches in flight (`max_in_flight`) stay in memory until their epoch commits, and Go's garbage collector lets the heap grow to about twice the live data unless `GOMEMLIMIT` is set (docs/benchmarks.md, saturation row).").
 				Default(defaultMaxBufferedBytes).
 				Advanced(),

@@ -266,3 +266,130 @@ func checkConfigYAML(conf []byte) (configFinding, error) {
 	}
 	return checkConfig(section("input"), section("output"), section("cache_resources")), nil
 }
+
+// Redpanda Connect's kafka_franz and redpanda components write some fields
+// differently, or have fields this project does not: foreignHints says what
+// to write instead, for each one a config uses. Benthos' own lint only says
+// "expected object value" or "field X not recognised".
+var foreignFieldHints = map[string]map[string]string{
+	"kafka_native": {
+		"start_from_oldest": "use start_offset: earliest (true) or latest (false)",
+		"multi_header":      "remove it: a header repeated in one record is always read as a list",
+		"regexp_topics":     "not supported: list the topics",
+		"checkpoint_limit":  "remove it: batches of a partition are emitted in order, max_batch_records and max_buffered_bytes bound what is in flight",
+		"fetch_max_bytes":   "remove it: fetch_max_partition_bytes bounds a fetch per partition",
+		"fetch_min_bytes":   "remove it",
+		"auto_replay_nacks": "remove it: rejected batches are always replayed (nothing is committed past them)",
+		"batching":          "remove it: a batch is one fetch of one partition, cut at max_batch_records / max_batch_bytes",
+	},
+	"kafka_eos": {
+		"timestamp_ms":           "not supported: records get the produce time, because franz-go measures its delivery timeout from the record's timestamp; remove it (Arrow rows can keep their source timestamps with arrow_timestamps)",
+		"timestamp":              "not supported: records get the produce time, because franz-go measures its delivery timeout from the record's timestamp; remove it (Arrow rows can keep their source timestamps with arrow_timestamps)",
+		"idempotent_write":       "remove it: transactional writes are always idempotent",
+		"timeout":                "use commit_timeout (one epoch commit) and transaction_timeout",
+		"broker_write_max_bytes": "remove it",
+	},
+}
+
+// foreignHints returns a hint for every Redpanda Connect form in the config
+// (the generic values of its sections).
+func foreignHints(sections ...any) []string {
+	var hints []string
+	for _, sec := range sections {
+		walkComponents(sec, "kafka_franz", func(map[string]any) {
+			hints = append(hints, "kafka_franz is Redpanda Connect's: use kafka_native as the input and kafka_eos as the output (docs/migration.md)")
+		})
+		walkComponents(sec, "redpanda", func(map[string]any) {
+			hints = append(hints, "redpanda is Redpanda Connect's: use kafka_native as the input and kafka_eos as the output (docs/migration.md)")
+		})
+		for _, comp := range []string{"kafka_native", "kafka_eos", "kafka_state"} {
+			walkComponents(sec, comp, func(conf map[string]any) {
+				if list, ok := conf["sasl"].([]any); ok {
+					mech := "SCRAM-SHA-512"
+					if len(list) > 0 {
+						if m, ok := list[0].(map[string]any); ok {
+							if s, ok := m["mechanism"].(string); ok && s != "" {
+								mech = s
+							}
+						}
+					}
+					hints = append(hints, fmt.Sprintf("%s: field sasl: a list of mechanisms (Redpanda Connect's form) is not supported: write one object, e.g. sasl: { mechanism: %s, username: ..., password: ... } (extensions and AWS_MSK_IAM are not supported)", comp, mech))
+				}
+				if comp == "kafka_native" {
+					if topics, ok := conf["topics"].([]any); ok {
+						for _, t := range topics {
+							if s, ok := t.(string); ok && strings.Count(s, ":") == 1 && strings.Contains(s[strings.Index(s, ":"):], "-") {
+								hints = append(hints, fmt.Sprintf("kafka_native: field topics: %q: partition ranges (Redpanda Connect's form) are not supported: write one entry per partition (topic:0, topic:1, ...)", s))
+							}
+							if s, ok := t.(string); ok && strings.Count(s, ":") == 2 {
+								hints = append(hints, fmt.Sprintf("kafka_native: field topics: %q: a start offset in the entry (Redpanda Connect's form) is not supported: write the partition (topic:P) in topics and its offset in start_offsets with start_offset: specific", s))
+							}
+						}
+					}
+				}
+				keys := make([]string, 0, len(conf))
+				for k := range conf {
+					keys = append(keys, k)
+				}
+				sort.Strings(keys)
+				for _, k := range keys {
+					if h, ok := foreignFieldHints[comp][k]; ok {
+						hints = append(hints, fmt.Sprintf("%s: field %s (Redpanda Connect's): %s", comp, k, h))
+					}
+				}
+			})
+		}
+	}
+	return hints
+}
+
+// configFiles returns the config files args name: -c/--config's value and
+// the arguments after the subcommand.
+func configFiles(args []string) []string {
+	var files []string
+	for i := 1; i < len(args); i++ {
+		if (args[i] == "-c" || args[i] == "--config") && i+1 < len(args) {
+			files = append(files, args[i+1])
+		}
+	}
+	if i := subcommand(args); i < len(args) {
+		for _, a := range args[i+1:] {
+			if !strings.HasPrefix(a, "-") {
+				files = append(files, a)
+			}
+		}
+	}
+	return files
+}
+
+// printForeignHints prints foreignHints for every config file args name, as
+// `path: hint`, and says whether it printed any.
+func printForeignHints(args []string) bool {
+	printed := false
+	for _, path := range configFiles(args) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		spec := service.NewConfigSpec().
+			Field(service.NewAnyField("input").Optional()).
+			Field(service.NewAnyField("output").Optional()).
+			Field(service.NewAnyField("cache_resources").Optional())
+		pc, err := spec.ParseYAML(string(b), nil)
+		if err != nil {
+			continue
+		}
+		var secs []any
+		for _, name := range []string{"input", "output", "cache_resources"} {
+			if pc.Contains(name) {
+				v, _ := pc.FieldAny(name)
+				secs = append(secs, v)
+			}
+		}
+		for _, h := range foreignHints(secs...) {
+			fmt.Fprintf(os.Stderr, "%s: %s\n", path, h)
+			printed = true
+		}
+	}
+	return printed
+}

@@ -137,6 +137,12 @@ func run(ctx context.Context, args []string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err.Error())
 	}
+	if isLint(args) || (code != 0 && runsStream(args)) {
+		// Redpanda Connect's forms, with what to write instead.
+		if printForeignHints(args) && code == 0 {
+			code = 1
+		}
+	}
 	if code == 0 && err == nil && isLint(args) {
 		code = lintConfigs(args)
 	}

@@ -22,7 +22,7 @@ func TestFromParsed(t *testing.T) {
 	require.Equal(t, DefaultClientID, c.ClientID)
 	require.Nil(t, c.TLS)
 	require.Nil(t, c.SASL)
-	require.Len(t, c.Opts(), 2)
+	require.Len(t, c.Opts(), 3) // seed brokers, client id, metadata max age
 
 	c, err = parse(t, `
 seed_brokers: [ a:9093 ]
@@ -32,7 +32,7 @@ sasl: { mechanism: SCRAM-SHA-512, username: u, password: p }
 	require.NoError(t, err)
 	require.NotNil(t, c.TLS)
 	require.Equal(t, "SCRAM-SHA-512", c.SASL.Name())
-	require.Len(t, c.Opts(), 4)
+	require.Len(t, c.Opts(), 5)
 
 	c, err = parse(t, `{ seed_brokers: [ a:1 ], sasl: { mechanism: OAUTHBEARER, token: tok } }`)
 	require.NoError(t, err)
