@@ -275,7 +275,6 @@ var foreignFieldHints = map[string]map[string]string{
 	"kafka_native": {
 		"start_from_oldest": "use start_offset: earliest (true) or latest (false)",
 		"multi_header":      "remove it: a header repeated in one record is always read as a list",
-		"regexp_topics":     "not supported: list the topics",
 		"checkpoint_limit":  "remove it: batches of a partition are emitted in order, max_batch_records and max_buffered_bytes bound what is in flight",
 		"fetch_max_bytes":   "remove it: fetch_max_partition_bytes bounds a fetch per partition",
 		"fetch_min_bytes":   "remove it",
@@ -318,11 +317,10 @@ func foreignHints(sections ...any) []string {
 				if comp == "kafka_native" {
 					if topics, ok := conf["topics"].([]any); ok {
 						for _, t := range topics {
-							if s, ok := t.(string); ok && strings.Count(s, ":") == 1 && strings.Contains(s[strings.Index(s, ":"):], "-") {
-								hints = append(hints, fmt.Sprintf("kafka_native: field topics: %q: partition ranges (Redpanda Connect's form) are not supported: write one entry per partition (topic:0, topic:1, ...)", s))
-							}
-							if s, ok := t.(string); ok && strings.Count(s, ":") == 2 {
-								hints = append(hints, fmt.Sprintf("kafka_native: field topics: %q: a start offset in the entry (Redpanda Connect's form) is not supported: write the partition (topic:P) in topics and its offset in start_offsets with start_offset: specific", s))
+							for _, e := range strings.Split(fmt.Sprint(t), ",") {
+								if strings.Count(e, ":") == 2 {
+									hints = append(hints, fmt.Sprintf("kafka_native: field topics: %q: a start offset in the entry (Redpanda Connect's form) is not supported: write the partition (topic:P) in topics and its offset in start_offsets with start_offset: specific", e))
+								}
 							}
 						}
 					}
