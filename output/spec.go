@@ -352,7 +352,7 @@ finished).
 				service.NewIntField(keoFieldEpochMaxRecords).
 					Description("Close the epoch once it holds this many records (checked after each whole batch). 0 means no limit. Default 100000.").
 					Default(defaultEpochMaxRecords),
-				kafkaconf.BytesField(keoFieldEpoch + "." + keoFieldEpochMaxBytes).
+				kafkaconf.BytesField(keoFieldEpoch+"."+keoFieldEpochMaxBytes).
 					Description("Close the epoch once it holds this many bytes of keys and values (checked after each whole batch). 0 means no limit. Default 32 MiB.").
 					Default(defaultEpochMaxBytes),
 				service.NewDurationField(keoFieldEpochInterval).
