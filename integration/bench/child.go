@@ -192,6 +192,12 @@ func childRun(ctx context.Context, kind string, o options, topic string, size, r
 			}
 			r.CPU = cpuSeconds(cmd.ProcessState)
 			if prof != "" {
+				// The result beside the profile: its records turn
+				// the profile's seconds into a cost per record.
+				b, _ := json.Marshal(r)
+				if err := os.WriteFile(strings.TrimSuffix(prof, ".pprof")+".json", b, 0o644); err != nil {
+					logf("%v", err)
+				}
 				logf("CPU profile of %s: %s", kind, prof)
 			}
 			return r, nil

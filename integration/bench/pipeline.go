@@ -425,12 +425,12 @@ output:
     consumer_group: %[3]q
     state_cache: eos_state
     epoch: { interval: %[7]s, max_records: 0, max_bytes: 0 }
-cache_resources:
+%[8]scache_resources:
   - label: eos_state
     kafka_state:
       seed_brokers: [ %[1]q ]
       topic: bench_eos_state
-`, o.brokers, o.topic, group, format, o.copyTopic, out, o.interval) + logger, nil
+`, o.brokers, o.topic, group, format, o.copyTopic, out, o.interval, inFlight) + logger, nil
 	}
 	return "", fmt.Errorf("unknown pipeline %q", kind)
 }

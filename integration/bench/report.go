@@ -196,12 +196,22 @@ func (rp report) markdown() string {
 	if len(rp.copies) > 0 {
 		w("### Exactly-once copy, Kafka-to-Kafka (consume-transform-produce)\n\n")
 		w("The consume rows' topic copied to a fresh topic, partitions kept, on a fresh consumer group whose offsets commit in the transactions, %s epochs: `kafka_native` -> `kafka_eos` per message (`format: message`, key and partition from metadata) and as Arrow batches (`format: arrow`, `input_format: arrow`), and franz-go's GroupTransactSession loop. Timed from the first record read until the stream stopped (the duration after that first record; every record that went through committed). Checked: the copy holds exactly the source's records below the group's committed offsets, and as many as went through.\n\n", rp.opts.copyInterval)
-		w("| record | contender | records/s | MB/s | CPU s / M records | allocs / record | peak RSS MiB |\n|---|---|---|---|---|---|---|\n")
+		w("| record | contender | records/s | MB/s | CPU s / M records | allocs / record | epochs/s | commit p50 / p99 ms | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range rp.copies {
 			for _, name := range []string{cCopyMsg, cCopyArrow, cCopyRaw} {
-				if c.rounds[name] != nil {
-					rp.row(&b, c, name, fmtAllocs(c, name))
+				if c.rounds[name] == nil {
+					continue
 				}
+				epochs := spread(c.values(name, func(r result) float64 {
+					return float64(r.Epochs) / r.Seconds
+				}), func(v float64) string { return fmt.Sprintf("%.1f", v) })
+				lat := "-"
+				if name != cCopyRaw {
+					cp50, _ := c.med(name, func(r result) float64 { return r.CommitP50 })
+					cp99, _ := c.med(name, func(r result) float64 { return r.CommitP99 })
+					lat = fmtMs(cp50) + " / " + fmtMs(cp99)
+				}
+				rp.row(&b, c, name, fmtAllocs(c, name), epochs, lat)
 			}
 		}
 		w("\n")

@@ -594,7 +594,14 @@ func (c *cell) record(name string, round, runs int, res result, err error) {
 		return
 	}
 	c.rounds[name][round] = &res
-	logf("round %d %s: %.0f records/s (%.1f MB/s) over %.1fs, %.2f CPU s per M records", round+1, label, res.RecordsPerSec(), res.MBPerSec(c.size), res.Seconds, res.CPUPerMillion())
+	extra := ""
+	if res.Epochs > 0 {
+		extra = fmt.Sprintf(", %.1f epochs/s", float64(res.Epochs)/res.Seconds)
+	}
+	if res.CommitP50 > 0 {
+		extra += fmt.Sprintf(", commit p50/p99 %s/%s ms", fmtMs(res.CommitP50), fmtMs(res.CommitP99))
+	}
+	logf("round %d %s: %.0f records/s (%.1f MB/s) over %.1fs, %.2f CPU s per M records%s", round+1, label, res.RecordsPerSec(), res.MBPerSec(c.size), res.Seconds, res.CPUPerMillion(), extra)
 }
 
 // selected says whether -only lets contender name run.
