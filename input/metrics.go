@@ -33,7 +33,7 @@ type inputMetrics struct {
 }
 
 func newInputMetrics(m *service.Metrics) *inputMetrics {
-	return &inputMetrics{
+	im := &inputMetrics{
 		// The next offset to read, all offsets below it consumed.
 		position: m.NewGauge("kafka_native_position", "topic", "partition"),
 		// The last offset committed for the group (or, at start, found).
@@ -54,6 +54,9 @@ func newInputMetrics(m *service.Metrics) *inputMetrics {
 		connectErrors:   m.NewCounter("kafka_native_client_connect_errors"),
 		throttleMs:      m.NewCounter("kafka_native_client_throttle_ms"),
 	}
+	// A counter to alert on exists from the start, at 0.
+	im.commitsFailed.Incr(0)
+	return im
 }
 
 // clientHooks feeds franz-go's hooks into the metrics. Record batches are

@@ -199,12 +199,11 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		return true
 	}
 	var (
-		msgs    service.MessageBatch
-		rows    []*kgo.Record // format: arrow: the records of the next Arrow message
-		bytes   int64
-		last    int64 = -1
-		inBytes int64
-		gone    bool // the tracking is no longer id
+		msgs  service.MessageBatch
+		rows  []*kgo.Record // format: arrow: the records of the next Arrow message
+		bytes int64
+		last  int64 = -1
+		gone  bool  // the tracking is no longer id
 	)
 	arrow := f.enc != nil
 	flush := func(to int64) bool {
@@ -244,6 +243,20 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		msgs, rows, bytes, last = nil, rows[:0], 0, -1
 		return true
 	}
+	// kafka_native_bytes_in counts the fetched records below the stop as
+	// they arrive, before any batch of them waits for the pipeline: a slow
+	// pipeline shows as a lag, not as a fetch rate of zero.
+	var inBytes int64
+	for _, r := range recs {
+		if r.Offset < pos {
+			continue
+		}
+		if stop != noStop && r.Offset >= stop {
+			break
+		}
+		inBytes += int64(len(r.Key) + len(r.Value))
+	}
+	f.met.bytesIn(p, inBytes)
 	for _, r := range recs {
 		if r.Offset < pos {
 			// Already accounted for: a probe advanced past it.
@@ -260,7 +273,6 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 			break
 		}
 		size := int64(len(r.Key) + len(r.Value))
-		inBytes += size
 		if n := len(msgs) + len(rows); n > 0 && (n >= f.cfg.maxBatchRecords || bytes+size > int64(f.cfg.maxBatchBytes)) {
 			if !flush(last) {
 				return false
@@ -287,7 +299,6 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		}
 		bytes += size
 	}
-	f.met.bytesIn(p, inBytes)
 	return flush(last)
 }
 

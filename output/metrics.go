@@ -10,15 +10,20 @@ import (
 // Metric names (the Benthos metrics API, so they reach whatever exporter the
 // build has, Prometheus included).
 const (
-	metricEpochsCommitted  = "kafka_eos_epochs_committed"
-	metricEpochsAborted    = "kafka_eos_epochs_aborted"
-	metricCommitLatency    = "kafka_eos_epoch_commit_latency_ns"
-	metricBoundaryStall    = "kafka_eos_epoch_boundary_stall_ns"
-	metricRecordsProduced  = "kafka_eos_records_produced"
-	metricBytesProduced    = "kafka_eos_bytes_produced"
-	metricBufferedBytes    = "kafka_eos_buffered_bytes"
-	metricInDoubtResolved  = "kafka_eos_in_doubt_resolved"
-	metricFenced           = "kafka_eos_fenced"
+	metricEpochsCommitted = "kafka_eos_epochs_committed"
+	metricEpochsAborted   = "kafka_eos_epochs_aborted"
+	metricCommitLatency   = "kafka_eos_epoch_commit_latency_ns"
+	metricBoundaryStall   = "kafka_eos_epoch_boundary_stall_ns"
+	metricRecordsProduced = "kafka_eos_records_produced"
+	metricBytesProduced   = "kafka_eos_bytes_produced"
+	metricBufferedBytes   = "kafka_eos_buffered_bytes"
+	metricInDoubtResolved = "kafka_eos_in_doubt_resolved"
+	metricFenced          = "kafka_eos_fenced"
+	// metricLastCommit is the Unix time (seconds) of the last committed
+	// epoch, or of the output's construction before the first: alert on
+	// time() - kafka_eos_last_commit_timestamp_seconds. (A gauge of the age
+	// pushed by the process would stop moving with the process itself.)
+	metricLastCommit       = "kafka_eos_last_commit_timestamp_seconds"
 	metricDedupeDropped    = "kafka_eos_dedupe_dropped"
 	metricDedupeOutOfOrder = "kafka_eos_dedupe_nacked_out_of_order"
 	// metricK2KOutOfOrder counts batches nacked because they reached the
@@ -55,6 +60,8 @@ type metrics struct {
 	buffered *service.MetricGauge
 	inDoubt  *service.MetricCounter
 	fenced   *service.MetricCounter
+	// lastCommit is metricLastCommit.
+	lastCommit *service.MetricGauge
 	// ddDropped counts messages acknowledged and dropped as replays
 	// (dedupe mode); ddOutOfOrder batches nacked to be replayed after an
 	// aborted epoch's positions.
@@ -64,8 +71,12 @@ type metrics struct {
 	k2kRebalance *service.MetricCounter
 }
 
+// inDoubtOutcomes are the values of the outcome label of
+// kafka_eos_in_doubt_resolved.
+var inDoubtOutcomes = []string{outcomeResumed, outcomeFoundCommitted, outcomeFoundAborted, outcomeAborted, outcomeForcedCommitted, outcomeForcedAborted}
+
 func newMetrics(m *service.Metrics) *metrics {
-	return &metrics{
+	mt := &metrics{
 		committed:     m.NewCounter(metricEpochsCommitted),
 		aborted:       m.NewCounter(metricEpochsAborted),
 		commitLatency: m.NewTimer(metricCommitLatency),
@@ -79,7 +90,18 @@ func newMetrics(m *service.Metrics) *metrics {
 		ddOutOfOrder:  m.NewCounter(metricDedupeOutOfOrder),
 		k2kOutOfOrd:   m.NewCounter(metricK2KOutOfOrder),
 		k2kRebalance:  m.NewCounter(metricK2KRebalance, metricLabelEvent),
+		lastCommit:    m.NewGauge(metricLastCommit),
 	}
+	// The counters to alert on exist from the start, at 0, so that an
+	// alert on their increase sees the first one (a series that appears
+	// at 1 has no increase).
+	mt.aborted.Incr(0)
+	mt.fenced.Incr(0)
+	for _, o := range inDoubtOutcomes {
+		mt.inDoubt.Incr(0, o)
+	}
+	mt.lastCommit.Set(time.Now().Unix())
+	return mt
 }
 
 func since(t time.Time) int64 { return int64(time.Since(t)) }
@@ -105,9 +127,13 @@ func (t *tally) get(name string) int64 {
 	return t.m[name]
 }
 
-func (m *metrics) epochCommitted() { m.committed.Incr(1); m.tally.add(metricEpochsCommitted, 1) }
-func (m *metrics) epochAborted()   { m.aborted.Incr(1); m.tally.add(metricEpochsAborted, 1) }
-func (m *metrics) fence()          { m.fenced.Incr(1); m.tally.add(metricFenced, 1) }
+func (m *metrics) epochCommitted() {
+	m.committed.Incr(1)
+	m.lastCommit.Set(time.Now().Unix())
+	m.tally.add(metricEpochsCommitted, 1)
+}
+func (m *metrics) epochAborted() { m.aborted.Incr(1); m.tally.add(metricEpochsAborted, 1) }
+func (m *metrics) fence()        { m.fenced.Incr(1); m.tally.add(metricFenced, 1) }
 func (m *metrics) stallTiming(ns int64) {
 	m.stall.Timing(ns)
 	m.tally.add(metricBoundaryStall, ns)

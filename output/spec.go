@@ -295,7 +295,11 @@ a fence: the epoch is aborted, nacked and retried on a fresh producer.
 
 `+"`kafka_eos_epochs_committed`"+`, `+"`kafka_eos_epochs_aborted`"+`,
 `+"`kafka_eos_epoch_commit_latency_ns`"+`, `+"`kafka_eos_epoch_boundary_stall_ns`"+` (time a
-batch waited for a producer slot before it could be produced),
+batch waited for a producer slot before it could be produced; the `+"`prometheus`"+` exporter
+serves timings in seconds, as `+"`kafka_eos_epoch_commit_latency_seconds`"+` and
+`+"`kafka_eos_epoch_boundary_stall_seconds`"+`), `+"`kafka_eos_last_commit_timestamp_seconds`"+`
+(a gauge: the Unix time of the last committed epoch, the output's start before the first; alert
+on `+"`time() - kafka_eos_last_commit_timestamp_seconds`"+`),
 `+"`kafka_eos_records_produced`"+`, `+"`kafka_eos_bytes_produced`"+`,
 `+"`kafka_eos_buffered_bytes`"+`, `+"`kafka_eos_in_doubt_resolved`"+` (label `+"`outcome`"+`:
 resumed, found_committed, found_aborted, aborted, forced_committed,
@@ -308,7 +312,9 @@ batch of a partition this member gave up acknowledged unwritten; revoked_epoch, 
 aborted because it held one; rejoining_epoch, an epoch aborted because the member was
 rejoining its group when it was to commit its offsets; restamped, offsets sent again under a newer generation;
 revoke_wait_timeout, a revoke that went on before the epochs holding its partitions
-finished).
+finished). `+"`kafka_eos_epochs_aborted`"+`, `+"`kafka_eos_fenced`"+` and
+`+"`kafka_eos_in_doubt_resolved`"+` (every outcome) exist from the start at 0, so that an alert
+on their increase sees the first one.
 `).
 		Fields(kafkaconf.Fields()...).
 		Fields(

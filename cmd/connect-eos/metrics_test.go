@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/connect-eos/connect-eos/integration/kafkatest"
+)
+
+// TestAlertMetricsFromStart: the counters an operator alerts on exist at 0
+// from the start (an alert on their increase would miss the first event of
+// a series that appears at 1), and the time of the last committed epoch is
+// a gauge (the output's start before the first commit), on the binary's
+// /metrics.
+func TestAlertMetricsFromStart(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	addr := freeAddr(t)
+	start := time.Now().Unix()
+	p := startBin(t, "run", writeConfig(t, fmt.Sprintf(`
+http: { address: %s }
+metrics: { prometheus: {} }
+input:
+  kafka_native:
+    seed_brokers: [ %[2]q ]
+    topics: [ in ]
+    consumer_group: g
+output:
+  kafka_eos:
+    seed_brokers: [ %[2]q ]
+    topic: out
+    transactional_id: alerts
+    consumer_group: g
+    state_cache: state
+cache_resources:
+  - label: state
+    kafka_state: { seed_brokers: [ %[2]q ], topic: state }
+`, addr, cluster.ListenAddrs()[0])))
+	p.waitOutput(t, "Input type kafka_native is now active")
+	want := []string{
+		`kafka_eos_epochs_aborted\{[^}]*\} 0`,
+		`kafka_eos_fenced\{[^}]*\} 0`,
+		`kafka_native_commits_failed\{[^}]*\} 0`,
+	}
+	for _, o := range []string{"resumed", "found_committed", "found_aborted", "aborted", "forced_committed", "forced_aborted"} {
+		want = append(want, `kafka_eos_in_doubt_resolved\{[^}]*outcome="`+o+`"[^}]*\} 0`)
+	}
+	var body string
+	kafkatest.Wait(t, time.Minute, func() bool {
+		res, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		body = string(b)
+		for _, w := range want {
+			if !regexp.MustCompile(`(?m)^` + w + `$`).MatchString(body) {
+				return false
+			}
+		}
+		return true
+	})
+	m := regexp.MustCompile(`(?m)^kafka_eos_last_commit_timestamp_seconds\{[^}]*\} (\S+)$`).FindStringSubmatch(body)
+	require.NotNil(t, m, "kafka_eos_last_commit_timestamp_seconds:\n%s", body)
+	v, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, int64(v), start-1, "the output's start, before the first commit")
+}
