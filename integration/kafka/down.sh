@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# down.sh stops a broker started by up.sh and removes its state dir.
+# down.sh stops a broker started by up.sh, or a cluster started by
+# up-cluster.sh (every node), and removes its state dir.
 #
 #   down.sh [--name NAME]   stop one broker (default name tv2, as up.sh)
 #   down.sh --tv N          same as --name tvN
@@ -32,9 +33,13 @@ done
 if [[ $ALL == 1 ]]; then
 	others=()
 	for dir in "$KAFKA_STATE_PREFIX"*; do
-		[[ -d $dir && -f $dir/server.properties ]] || continue
+		[[ -d $dir && (-f $dir/server.properties || -f $dir/cluster) ]] || continue
 		if from_this_checkout "$dir"; then
-			stop_broker "$dir"
+			if [[ -f $dir/cluster ]]; then
+				stop_cluster "$dir"
+			else
+				stop_broker "$dir"
+			fi
 		else
 			others+=("${dir#"$KAFKA_STATE_PREFIX"}")
 		fi
@@ -51,4 +56,8 @@ dir=$(state_dir "$NAME")
 	log "no broker named $NAME ($dir does not exist)"
 	exit 0
 }
-stop_broker "$dir"
+if [[ -f $dir/cluster ]]; then
+	stop_cluster "$dir"
+else
+	stop_broker "$dir"
+fi

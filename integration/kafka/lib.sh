@@ -61,6 +61,21 @@ apt_install() {
 	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@" >&2
 }
 
+# port_free: nothing accepts connections on 127.0.0.1:$1. Ports come from below
+# Linux's ephemeral range (32768+) so outgoing connections do not take them.
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+pick_port() {
+	local p i
+	for ((i = 0; i < 200; i++)); do
+		p=$((20000 + RANDOM % 12000))
+		if [[ " $* " != *" $p "* ]] && port_free "$p"; then
+			echo "$p"
+			return
+		fi
+	done
+	die "no free port found"
+}
+
 java_major() { "$1" -XshowSettings:properties -version 2>&1 | awk '/java.specification.version/ {print $3}'; }
 
 # ensure_java sets JAVA to a Java 17+ binary (Kafka 4 brokers refuse older ones).
@@ -116,6 +131,21 @@ kafka_java() {
 		-cp "$KAFKA_LIBS/*" "$@"
 }
 
+# launch_broker DIR HEAP starts the broker of state dir DIR in the background
+# (its server.properties, logs in DIR/logs, stdout and stderr appended to
+# DIR/kafka.out) with the JVM flags HEAP, and records its PID in DIR/pid.
+# The caller's fd 9 (up.sh's lock) is not inherited. $! is the new broker.
+launch_broker() {
+	local dir=$1 heap=$2
+	# shellcheck disable=SC2086 # heap holds several JVM flags
+	nohup "$JAVA" $heap -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
+		-Dkafka.logs.dir="$dir/logs" \
+		-Dlog4j2.configurationFile="$KAFKA_DIR/log4j2-broker.properties" \
+		-cp "$KAFKA_LIBS/*" kafka.Kafka "$dir/server.properties" \
+		</dev/null >>"$dir/kafka.out" 2>&1 9>&- &
+	echo "$!" | write_atomic "$dir/pid"
+}
+
 # owned_pid prints the broker PID recorded in state dir $1 if that process is alive
 # and is the broker started with that dir's server.properties (guards against a
 # recycled PID); prints nothing otherwise.
@@ -163,6 +193,22 @@ stop_broker() {
 	fi
 	rm -rf "$dir"
 	# up.sh's lock for this name, unless an up.sh holds it right now.
+	if [[ -f $dir.lock ]] && command -v flock >/dev/null; then
+		(flock -n 9 && rm -f "$dir.lock") 9<"$dir.lock" 2>/dev/null || true
+	fi
+}
+
+# stop_cluster stops every node of the cluster state dir $1 (up-cluster.sh) at
+# once, as stop_broker does one broker, and removes the dir and its lock.
+stop_cluster() {
+	local dir=$1 d pids=()
+	for d in "$dir"/n*; do
+		[[ -d $d ]] || continue
+		stop_broker "$d" &
+		pids+=($!)
+	done
+	((${#pids[@]} == 0)) || wait "${pids[@]}" || true
+	rm -rf "$dir"
 	if [[ -f $dir.lock ]] && command -v flock >/dev/null; then
 		(flock -n 9 && rm -f "$dir.lock") 9<"$dir.lock" 2>/dev/null || true
 	fi

@@ -102,21 +102,6 @@ if [[ -n $(owned_pid "$STATE") ]]; then
 fi
 rm -rf "$STATE"
 
-# port_free: nothing accepts connections on 127.0.0.1:$1. Ports come from below
-# Linux's ephemeral range (32768+) so outgoing connections do not take them.
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-pick_port() {
-	local p i
-	for ((i = 0; i < 200; i++)); do
-		p=$((20000 + RANDOM % 12000))
-		if [[ " $* " != *" $p "* ]] && port_free "$p"; then
-			echo "$p"
-			return
-		fi
-	done
-	die "no free port found"
-}
-
 PID=
 # On any failure: show why, kill the broker this run started, leave nothing behind.
 fail() {
@@ -315,14 +300,8 @@ start_once() {
 		--feature "transaction.version=$TV" "${scram[@]}" >"$STATE/format.out" 2>&1 ||
 		fail "formatting storage failed: $(cat "$STATE/format.out")"
 
-	# shellcheck disable=SC2086 # KAFKA_HEAP holds several JVM flags
-	nohup "$JAVA" ${KAFKA_HEAP:--Xmx512m -Xms128m} -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
-		-Dkafka.logs.dir="$STATE/logs" \
-		-Dlog4j2.configurationFile="$KAFKA_DIR/log4j2-broker.properties" \
-		-cp "$KAFKA_LIBS/*" kafka.Kafka "$STATE/server.properties" \
-		</dev/null >"$STATE/kafka.out" 2>&1 9>&- &
+	launch_broker "$STATE" "${KAFKA_HEAP:--Xmx512m -Xms128m}"
 	PID=$!
-	echo "$PID" | write_atomic "$STATE/pid"
 	echo "127.0.0.1:$port" | write_atomic "$STATE/brokers"
 	[[ -z $SPORT ]] || echo "127.0.0.1:$SPORT" | write_atomic "$STATE/brokers-sasl-ssl"
 	[[ -z $MPORT ]] || echo "127.0.0.1:$MPORT" | write_atomic "$STATE/brokers-ssl"

@@ -95,7 +95,8 @@ func Admin(t testing.TB, brokers string) *kadm.Client {
 
 var topicSeq atomic.Int64
 
-// Topic creates a topic with the given number of partitions (one replica) and
+// Topic creates a topic with the given number of partitions (and the broker's
+// default replication factor: 1 on up.sh's broker, 3 on up-cluster.sh's) and
 // returns its name, which is unique and derived from the test's name so a
 // leftover topic points at its test. The broker does not auto-create topics, so
 // every test makes its own. Topic waits until each partition has a leader
@@ -186,7 +187,7 @@ func createTopic(t testing.TB, adm *kadm.Client, name string, partitions int32) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, name)
+	resp, err := adm.CreateTopic(ctx, partitions, -1, nil, name)
 	if err == nil {
 		err = resp.Err
 	}
