@@ -206,6 +206,9 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		gone  bool  // the tracking is no longer id
 	)
 	arrow := f.enc != nil
+	// The topic and partition as metadata values, boxed once for the
+	// fetch instead of once per record.
+	pm := partMeta{topic: p.Topic, partition: int64(p.Partition)}
 	flush := func(to int64) bool {
 		if to < 0 || gone {
 			return true
@@ -295,7 +298,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		if arrow {
 			rows = append(rows, r)
 		} else {
-			msgs = append(msgs, f.toMessage(r))
+			msgs = append(msgs, f.toMessage(r, &pm))
 		}
 		bytes += size
 	}
@@ -320,7 +323,12 @@ func (f *fetchLoop) send(ctx context.Context, b readyBatch) bool {
 	}
 }
 
-func (f *fetchLoop) toMessage(r *kgo.Record) *service.Message {
+// partMeta are the metadata values shared by every record of a partition.
+type partMeta struct {
+	topic, partition any
+}
+
+func (f *fetchLoop) toMessage(r *kgo.Record, pm *partMeta) *service.Message {
 	tomb := r.Value == nil
 	msg := service.NewMessage(r.Value)
 	// Headers first, the input's own keys last: whoever produces to the
@@ -330,8 +338,8 @@ func (f *fetchLoop) toMessage(r *kgo.Record) *service.Message {
 	// kafka_partition would redirect a copy partitioned by it).
 	setHeaders(msg, r.Headers)
 	msg.MetaSetMut(metaKey, string(r.Key))
-	msg.MetaSetMut(metaTopic, r.Topic)
-	msg.MetaSetMut(metaPartition, int64(r.Partition))
+	msg.MetaSetMut(metaTopic, pm.topic)
+	msg.MetaSetMut(metaPartition, pm.partition)
 	msg.MetaSetMut(metaOffset, r.Offset)
 	msg.MetaSetMut(metaTimestamp, r.Timestamp.UnixMilli())
 	msg.MetaSetMut(metaTombstone, tomb)
