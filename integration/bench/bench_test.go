@@ -215,8 +215,8 @@ func BenchmarkCopyKfake(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if r.Records != int64(b.N+2) {
-				b.Fatalf("copied %d records, want %d", r.Records, b.N+2)
+			if r.Total != int64(b.N+2) {
+				b.Fatalf("copied %d records, want %d", r.Total, b.N+2)
 			}
 			b.ReportMetric(r.RecordsPerSec(), "records/s")
 			b.ReportMetric(r.AllocsPerRecord, "allocs/record")

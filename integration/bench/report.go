@@ -195,7 +195,7 @@ func (rp report) markdown() string {
 	}
 	if len(rp.copies) > 0 {
 		w("### Exactly-once copy, Kafka-to-Kafka (consume-transform-produce)\n\n")
-		w("The consume rows' topic copied to a fresh topic, partitions kept, on a fresh consumer group whose offsets commit in the transactions, %s epochs: `kafka_native` -> `kafka_eos` per message (`format: message`, key and partition from metadata) and as Arrow batches (`format: arrow`, `input_format: arrow`), and franz-go's GroupTransactSession loop. Timed from the first record read until the stream stopped (the duration after that first record; every record that went through committed). Checked: the copy holds exactly the source's records below the group's committed offsets, and as many as went through.\n\n", rp.opts.copyInterval)
+		w("The consume rows' topic copied to a fresh topic, partitions kept, on a fresh consumer group whose offsets commit in the transactions, %s epochs: `kafka_native` -> `kafka_eos` per message (`format: message`, key and partition from metadata) and as Arrow batches (`format: arrow`, `input_format: arrow`), and franz-go's GroupTransactSession loop. Timed from the first record produced until the stream stopped (the duration after that first record; every record that went through committed); the pipelines have no processor. Checked: the copy holds exactly the source's records below the group's committed offsets, and as many as went through.\n\n", rp.opts.copyInterval)
 		w("| record | contender | records/s | MB/s | CPU s / M records | allocs / record | epochs/s | commit p50 / p99 ms | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range rp.copies {
 			for _, name := range []string{cCopyMsg, cCopyArrow, cCopyRaw} {
