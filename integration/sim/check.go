@@ -3,8 +3,11 @@ package sim
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -32,59 +35,29 @@ type outRecord struct {
 // also returns the transactions left open (records with no marker yet).
 // Reading the markers directly ends the read exactly at the high watermark,
 // with no waiting for quiet.
-func readCommitted(cl *kgo.Client, addr, topic string) ([]outRecord, []string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+func readCommitted(cl *kgo.Client, addr, topic string) (*logView, error) {
+	byPart, err := readAll(cl, addr, topic)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	hwm := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { hwm[o.Partition] = o.Offset })
-	offs := map[string]map[int32]kgo.Offset{topic: {}}
-	left := 0
-	for p, end := range hwm {
-		offs[topic][p] = kgo.NewOffset().AtStart()
-		if end > 0 {
-			left++
-		}
-	}
-	rd, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumePartitions(offs), kgo.KeepControlRecords(),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.FetchMaxWait(50*time.Millisecond))
-	if err != nil {
-		return nil, nil, err
-	}
-	defer rd.Close()
-	var out []outRecord
-	var open []string
-	next := map[int32]int64{}
-	byPart := map[int32][]*kgo.Record{}
-	for left > 0 {
-		fs := rd.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, nil, fmt.Errorf("reading %s: %w (at %v of %v)", topic, err, next, hwm)
-		}
-		fs.EachRecord(func(rec *kgo.Record) {
-			byPart[rec.Partition] = append(byPart[rec.Partition], rec)
-			before := next[rec.Partition]
-			next[rec.Partition] = rec.Offset + 1
-			if before < hwm[rec.Partition] && rec.Offset+1 >= hwm[rec.Partition] {
-				left--
-			}
-		})
-	}
+	view := &logView{ends: map[int32]map[int64]txnEnd{}}
 	for _, p := range sortedKeys(byPart) {
 		recs := byPart[p]
 		visible := map[int64]bool{}
+		ends := map[int64]txnEnd{}
+		view.ends[p] = ends
 		txn := map[int64][]*kgo.Record{} // producer id -> records awaiting a marker
 		for _, rec := range recs {
 			switch {
 			case rec.Attrs.IsControl():
 				commit := len(rec.Key) >= 4 && binary.BigEndian.Uint16(rec.Key[2:4]) == 1
+				end := txnEnd{pid: rec.ProducerID, outcome: "aborted"}
 				if commit {
-					for _, x := range txn[rec.ProducerID] {
-						visible[x.Offset] = true
-					}
+					end.outcome = "committed"
+				}
+				for _, x := range txn[rec.ProducerID] {
+					visible[x.Offset] = commit
+					ends[x.Offset] = end
 				}
 				delete(txn, rec.ProducerID)
 			case rec.Attrs.IsTransactional():
@@ -94,7 +67,10 @@ func readCommitted(cl *kgo.Client, addr, topic string) ([]outRecord, []string, e
 			}
 		}
 		for pid, xs := range txn {
-			open = append(open, fmt.Sprintf("%s/%d: producer %d, %d records from offset %d", topic, p, pid, len(xs), xs[0].Offset))
+			view.open = append(view.open, fmt.Sprintf("%s/%d: producer %d, %d records from offset %d", topic, p, pid, len(xs), xs[0].Offset))
+			for _, x := range xs {
+				ends[x.Offset] = txnEnd{pid: pid, outcome: "open"}
+			}
 		}
 		for _, rec := range recs {
 			if !visible[rec.Offset] {
@@ -106,23 +82,95 @@ func readCommitted(cl *kgo.Client, addr, topic string) ([]outRecord, []string, e
 					o.batch = string(h.Value)
 				}
 			}
-			out = append(out, o)
+			view.visible = append(view.visible, o)
 		}
 	}
-	sort.Strings(open)
-	return out, open, nil
+	sort.Strings(view.open)
+	return view, nil
+}
+
+// readAll reads every record of topic (read_uncommitted, control records
+// included) up to the high watermarks, per partition in offset order.
+func readAll(cl *kgo.Client, addr, topic string) (map[int32][]*kgo.Record, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	hwm := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { hwm[o.Partition] = o.Offset })
+	offs := map[string]map[int32]kgo.Offset{topic: {}}
+	left := 0
+	for p, end := range hwm {
+		offs[topic][p] = kgo.NewOffset().AtStart()
+		if end > 0 {
+			left++
+		}
+	}
+	byPart := map[int32][]*kgo.Record{}
+	if left == 0 {
+		return byPart, nil
+	}
+	rd, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumePartitions(offs), kgo.KeepControlRecords(),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	next := map[int32]int64{}
+	for left > 0 {
+		fs := rd.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("reading %s: %w (at %v of %v)", topic, err, next, hwm)
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			byPart[rec.Partition] = append(byPart[rec.Partition], rec)
+			before := next[rec.Partition]
+			next[rec.Partition] = rec.Offset + 1
+			if before < hwm[rec.Partition] && rec.Offset+1 >= hwm[rec.Partition] {
+				left--
+			}
+		})
+	}
+	return byPart, nil
+}
+
+// logView is the output topic as the broker holds it.
+type logView struct {
+	visible []outRecord // what a read_committed reader sees, in partition then offset order
+	open    []string    // transactions with records and no marker
+	// ends says, per partition and offset of a transactional record, how
+	// its transaction ended there.
+	ends map[int32]map[int64]txnEnd
+}
+
+type txnEnd struct {
+	pid     int64
+	outcome string // committed, aborted, open
+}
+
+// outcome is how the transaction of producer pid holding the record at
+// partition p, offset o ended ("" if the log holds no such record).
+func (v *logView) outcome(p int32, o, pid int64) string {
+	e, ok := v.ends[p][o]
+	if !ok || e.pid != pid {
+		return ""
+	}
+	return e.outcome
 }
 
 // check reads the broker's state after the run and checks the invariants.
 func (r *runner) check() {
 	p := r.p
-	out, open, err := readCommitted(r.adm, r.addr, outTopic)
+	view, err := readCommitted(r.adm, r.addr, outTopic)
 	if err != nil {
 		r.fail("reading the output: %v", err)
 		return
 	}
-	if len(open) > 0 {
-		r.fail("transactions left open on the output after every instance stopped: %v", open)
+	out := view.visible
+	if len(view.open) > 0 {
+		r.fail("transactions left open on the output after every instance stopped: %v", view.open)
 	}
 	r.res.Stats.Out = len(out)
 	count := map[string]int{}
@@ -200,6 +248,104 @@ func (r *runner) check() {
 	}
 	r.checkOrder(out)
 	r.checkBatches(out)
+	r.checkRecovery(view)
+}
+
+// recoveryLine is the output's log line of a recovery decision (logfmt, the
+// quotes escaped).
+var recoveryLine = regexp.MustCompile(`kafka_eos: recovery: epoch (\d+) on \\"([^"\\]+)\\": ([a-z-]+) \(`)
+
+// slotRecord is the part of a slot record (the state cache's recovery
+// identity of an epoch) the checker reads.
+type slotRecord struct {
+	TransactionalID string `json:"transactional_id"`
+	Epoch           uint64 `json:"epoch"`
+	ProducerID      int64  `json:"producer_id"`
+	State           string `json:"state"`
+	Partitions      []struct {
+		Topic       string `json:"topic"`
+		Partition   int32  `json:"partition"`
+		FirstOffset int64  `json:"first_offset"`
+		ProducerID  int64  `json:"pid"`
+	} `json:"partitions"`
+}
+
+// checkRecovery checks every recovery decision the instances logged against
+// the broker's log: an epoch marked or resumed committed must have committed
+// there, one marked or left aborted must have aborted, at each first offset
+// its PREPARE record names.
+func (r *runner) checkRecovery(view *logView) {
+	r.st.mu.Lock()
+	writes := r.st.slotWrites
+	r.st.mu.Unlock()
+	if r.p.StateCache == "kafka_state" {
+		// The cache's records, in the order they were written (the
+		// slot keys all live in one partition per key).
+		writes = nil
+		byPart, err := readAll(r.adm, r.addr, stateTopic)
+		if err != nil {
+			r.fail("reading the state topic: %v", err)
+			return
+		}
+		for _, p := range sortedKeys(byPart) {
+			for _, rec := range byPart[p] {
+				if strings.Contains(string(rec.Key), "/slot/") {
+					writes = append(writes, rec.Value)
+				}
+			}
+		}
+	}
+	var prepared []slotRecord
+	for _, b := range writes {
+		var rec slotRecord
+		if json.Unmarshal(b, &rec) == nil && rec.State == "PREPARED" {
+			prepared = append(prepared, rec)
+		}
+	}
+	for _, in := range r.all {
+		b, err := os.ReadFile(in.logf)
+		if err != nil {
+			continue
+		}
+		for _, m := range recoveryLine.FindAllStringSubmatch(string(b), -1) {
+			epoch, _ := strconv.ParseUint(m[1], 10, 64)
+			id, action := m[2], m[3]
+			want := ""
+			switch action {
+			case "mark-committed", "resume-commit":
+				want = "committed"
+			case "mark-aborted", "abort-open":
+				want = "aborted"
+			default:
+				continue
+			}
+			r.res.Stats.Recoveries++
+			var rec *slotRecord
+			for i := range prepared {
+				if prepared[i].TransactionalID == id && prepared[i].Epoch == epoch {
+					rec = &prepared[i]
+				}
+			}
+			if rec == nil {
+				continue
+			}
+			for _, pw := range rec.Partitions {
+				if pw.Topic != outTopic {
+					continue
+				}
+				pid := pw.ProducerID
+				if pid == 0 {
+					pid = rec.ProducerID
+				}
+				got := view.outcome(pw.Partition, pw.FirstOffset, pid)
+				if got == "" {
+					r.fail("%s: recovery decided epoch %d on %q: %s, but the output holds no record of producer %d at %s/%d offset %d (its first offset)", in.name, epoch, id, action, pid, outTopic, pw.Partition, pw.FirstOffset)
+				} else if got != want {
+					r.fail("%s: recovery decided epoch %d on %q: %s, but the broker's log says %s (%s/%d offset %d)", in.name, epoch, id, action, got, outTopic, pw.Partition, pw.FirstOffset)
+				}
+			}
+		}
+	}
 }
 
 // completed reports whether the run got to its end (no hang, no run cut
@@ -215,15 +361,15 @@ func (r *runner) completed() bool {
 
 // checkOrder checks the order the docs promise: Kafka-to-Kafka (and Arrow)
 // keep each partition's records in source order; dedupe keeps each key's
-// positions increasing; plain with max_in_flight 1 keeps each key's first
-// copies in order.
+// positions increasing. Plain mode promises no order: a nacked batch is
+// replayed from Benthos' retry list, possibly after batches read later.
 func (r *runner) checkOrder(out []outRecord) {
 	p := r.p
 	var by func(o outRecord) string
 	switch {
 	case p.Mode.k2k():
 		by = func(o outRecord) string { return "partition " + strconv.Itoa(int(o.partition)) }
-	case p.Mode == ModeDedupe || p.MaxInFlight == 1:
+	case p.Mode == ModeDedupe:
 		by = func(o outRecord) string { return "key " + o.key }
 	default:
 		return

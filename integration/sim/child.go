@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"syscall"
@@ -90,14 +91,27 @@ func ChildMain(specJSON string) int {
 	if _, err := st.call(context.Background(), "/ready", nil, nil); err != nil {
 		fmt.Fprintf(os.Stderr, "sim child: %v\n", err)
 	}
+	// As the connect-eos binary (Benthos' CLI): a stop that does not
+	// finish within shutdown_timeout plus a second exits 1 with the
+	// goroutines dumped.
+	watchdog := func() {
+		go func() {
+			time.Sleep(spec.Shutdown + time.Second)
+			fmt.Fprintln(os.Stderr, "sim child: failed to close cleanly within shutdown_timeout; exiting forcefully")
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+			os.Exit(1)
+		}()
+	}
 	var runErr error
 	select {
 	case runErr = <-done:
 	case <-sigs:
 		fmt.Fprintln(os.Stderr, "sim child: SIGTERM")
+		watchdog()
 		_ = stream.StopWithin(spec.Shutdown)
 		runErr = <-done
 	case <-stop:
+		watchdog()
 		_ = stream.StopWithin(spec.Shutdown)
 		runErr = <-done
 	}

@@ -11,6 +11,8 @@ const (
 	inTopic  = "in"
 	outTopic = "out"
 	group    = "sim"
+	// stateTopic is kafka_state's topic when the plan uses it.
+	stateTopic = "sim_state"
 	// harnessMarker is a topic name no pipeline asks for: the harness's own
 	// requests carry it so that the fault hooks leave them alone.
 	harnessMarker = "sim-harness-marker"
@@ -18,10 +20,9 @@ const (
 
 // Timings of every run: short, so that a run lasts about a second.
 const (
-	commitTimeout      = time.Second
-	transactionTimeout = 3 * time.Second
-	shutdownTimeout    = 5 * time.Second
-	sessionTimeout     = time.Second
+	commitTimeout   = time.Second
+	shutdownTimeout = 5 * time.Second
+	sessionTimeout  = time.Second
 )
 
 // txnID is the transactional_id of member m (two members in k2k-members,
@@ -29,9 +30,12 @@ const (
 func txnID(m int) string { return fmt.Sprintf("sim-%d", m) }
 
 // streamYAML is the stream of an instance of member m.
-func streamYAML(p Plan, brokers, inst string, m int) string {
+func streamYAML(p Plan, brokers, inst string, m int, logLevel string) string {
+	if logLevel == "" {
+		logLevel = "info"
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "logger: { level: info, format: logfmt, add_timestamp: true }\nshutdown_timeout: %s\n", shutdownTimeout)
+	fmt.Fprintf(&b, "logger: { level: %s, format: logfmt, add_timestamp: true }\nshutdown_timeout: %s\n", logLevel, shutdownTimeout)
 	if p.Mode.k2k() {
 		fmt.Fprintf(&b, `input:
   kafka_native:
@@ -76,7 +80,7 @@ func streamYAML(p Plan, brokers, inst string, m int) string {
   max_in_flight: %d
   max_message_bytes: %d
   epoch: { interval: %s, max_records: %d }
-`, brokers, "sim-"+inst, outTopic, txnID(m), transactionTimeout, commitTimeout, p.PoolSize, p.MaxInFlight, MaxMessageBytes, p.EpochInterval, p.EpochMaxRecords)
+`, brokers, "sim-"+inst, outTopic, txnID(m), p.TxnTimeout, commitTimeout, p.PoolSize, p.MaxInFlight, MaxMessageBytes, p.EpochInterval, p.EpochMaxRecords)
 	switch p.Mode {
 	case ModeArrow:
 		o.WriteString("  input_format: arrow\n  partitioner: manual\n  arrow_timestamps: true\n")
@@ -108,7 +112,11 @@ func streamYAML(p Plan, brokers, inst string, m int) string {
 		b.WriteString("  ")
 		b.WriteString(indent(o.String(), "  "))
 	}
-	b.WriteString("cache_resources:\n  - label: state\n    sim_cache: {}\n")
+	if p.StateCache == "kafka_state" {
+		fmt.Fprintf(&b, "cache_resources:\n  - label: state\n    kafka_state: { seed_brokers: [ %q ], client_id: %q, topic: %s }\n", brokers, "sim-"+inst+"-state", stateTopic)
+	} else {
+		b.WriteString("cache_resources:\n  - label: state\n    sim_cache: {}\n")
+	}
 	return b.String()
 }
 

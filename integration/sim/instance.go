@@ -34,7 +34,7 @@ type instance struct {
 // startInstance starts an instance of member m named name.
 func startInstance(o Options, p Plan, brokers, storeAddr, name string, m int) (*instance, error) {
 	bin, dir := o.Bin, o.Dir
-	spec := childSpec{Seed: p.Seed, Instance: name, Store: storeAddr, YAML: streamYAML(p, brokers, name, m), Shutdown: shutdownTimeout, Override: o.Override}
+	spec := childSpec{Seed: p.Seed, Instance: name, Store: storeAddr, YAML: streamYAML(p, brokers, name, m, o.LogLevel), Shutdown: shutdownTimeout, Override: o.Override}
 	js, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
@@ -48,6 +48,8 @@ func startInstance(o Options, p Plan, brokers, storeAddr, name string, m int) (*
 	cmd.Env = append(os.Environ(), ChildEnv+"="+string(js), "GOMAXPROCS=2")
 	cmd.Stdout = f
 	cmd.Stderr = f
+	// An instance never outlives the harness (killed or crashed).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, err
@@ -75,6 +77,13 @@ func (in *instance) exited() bool {
 	default:
 		return false
 	}
+}
+
+// killed reports whether the harness SIGKILLed the instance.
+func (in *instance) killed() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.sig
 }
 
 func (in *instance) exitCode() int {

@@ -9,12 +9,14 @@ import (
 
 // RunMany runs seeds, parallel at a time, each in a directory of its own
 // under o.Dir (removed after a passing run unless keep), and calls report
-// with each result as it comes (serially).
-func RunMany(seeds []uint64, parallel int, o Options, keep bool, report func(Result, string)) {
+// with each result as it comes (serially); once report returns false, no
+// further seed starts.
+func RunMany(seeds []uint64, parallel int, o Options, keep bool, report func(Result, string) bool) {
 	if parallel < 1 {
 		parallel = 1
 	}
 	var mu sync.Mutex
+	stop := false
 	work := make(chan uint64)
 	var wg sync.WaitGroup
 	for range parallel {
@@ -29,12 +31,20 @@ func RunMany(seeds []uint64, parallel int, o Options, keep bool, report func(Res
 					_ = os.RemoveAll(ro.Dir)
 				}
 				mu.Lock()
-				report(res, ro.Dir)
+				if !report(res, ro.Dir) {
+					stop = true
+				}
 				mu.Unlock()
 			}
 		}()
 	}
 	for _, s := range seeds {
+		mu.Lock()
+		stopped := stop
+		mu.Unlock()
+		if stopped {
+			break
+		}
 		work <- s
 	}
 	close(work)

@@ -120,6 +120,8 @@ type Event struct {
 	At   float64
 	// Member is which instance (k2k-members: 0 or 1).
 	Member int
+	// RestartDelay is how long a crashed or stopped instance stays down.
+	RestartDelay time.Duration
 	// Zombie only: how long the first instance stays frozen, and whether
 	// the second one crashes while it is.
 	Stall      time.Duration
@@ -130,6 +132,9 @@ func (e Event) String() string {
 	s := fmt.Sprintf("%s@%.2f", e.Kind, e.At)
 	if e.Member != 0 {
 		s += fmt.Sprintf("/m%d", e.Member)
+	}
+	if e.RestartDelay > 0 {
+		s += fmt.Sprintf("+%s", e.RestartDelay)
 	}
 	if e.Kind == EvZombie {
 		s += fmt.Sprintf("(stall %s", e.Stall)
@@ -171,6 +176,14 @@ type Plan struct {
 	Faults      []ReqFault
 	CacheFaults []CacheFault
 	Events      []Event
+
+	// StateCache is the output's state cache: "sim" (the harness's, with
+	// the cache faults) or "kafka_state" (the project's cache on a
+	// compacted topic of the same cluster, faulted by the request faults).
+	StateCache string
+	// TxnTimeout is the output's transaction_timeout: short in some runs,
+	// so that the coordinator aborts epochs left open by a crash.
+	TxnTimeout time.Duration
 }
 
 // MaxMessageBytes is the output's max_message_bytes in every run: small, so
@@ -261,6 +274,36 @@ func Draw(seed uint64) Plan {
 		}
 		return 0
 	})
+
+	// With one batch in flight an epoch holds one batch: at most 150
+	// epochs, so that a run stays short.
+	if n := 150 * p.InputBatch * p.MaxInFlight; p.Records > n {
+		p.Records = n
+		p.Oversized = slices.DeleteFunc(p.Oversized, func(i int) bool { return i >= n })
+	}
+
+	// Drawn last, so that the draws above stay those of earlier versions.
+	p.StateCache = "sim"
+	if r.IntN(4) == 0 {
+		p.StateCache = "kafka_state"
+		p.CacheFaults = nil
+	}
+	p.TxnTimeout = 10 * time.Second
+	if r.IntN(6) == 0 {
+		// The shortest the lint rule allows with a 1s commit_timeout.
+		p.TxnTimeout = 3 * time.Second
+	}
+	for i := range p.Events {
+		switch n := r.IntN(10); {
+		case n < 7:
+		case n < 9 || p.TxnTimeout > 3*time.Second:
+			p.Events[i].RestartDelay = 300 * time.Millisecond
+		default:
+			// Down past the transaction timeout: the coordinator
+			// aborts what the instance left open.
+			p.Events[i].RestartDelay = p.TxnTimeout + time.Second
+		}
+	}
 	return p
 }
 
@@ -367,8 +410,8 @@ func (p Plan) String() string {
 	if p.AbortedTxns > 0 {
 		fmt.Fprintf(&b, " aborted_in=%d", p.AbortedTxns)
 	}
-	fmt.Fprintf(&b, " max_in_flight=%d pool=%d batching=%d epoch=%s/%d in_batch=%d commit=%s",
-		p.MaxInFlight, p.PoolSize, p.Batching, p.EpochInterval, p.EpochMaxRecords, p.InputBatch, p.CommitPeriod)
+	fmt.Fprintf(&b, " max_in_flight=%d pool=%d batching=%d epoch=%s/%d in_batch=%d commit=%s cache=%s txn_timeout=%s",
+		p.MaxInFlight, p.PoolSize, p.Batching, p.EpochInterval, p.EpochMaxRecords, p.InputBatch, p.CommitPeriod, p.StateCache, p.TxnTimeout)
 	var fs []string
 	for _, f := range p.Faults {
 		fs = append(fs, f.String())
@@ -391,8 +434,8 @@ func (p Plan) String() string {
 
 // Override changes a drawn plan for triage ("which dimension matters?"):
 // comma-separated name=value pairs among mode, tv, max_in_flight, pool,
-// batching, in_batch, oversized (none), faults (none), cache_faults (none),
-// events (none). A failure is reported by its seed alone; an override only
+// batching, in_batch, cache (sim or kafka_state), oversized (none), faults
+// (none), cache_faults (none), events (none). A failure is reported by its seed alone; an override only
 // narrows down its cause.
 func Override(p Plan, spec string) (Plan, error) {
 	if spec == "" {
@@ -426,6 +469,8 @@ func Override(p Plan, spec string) (Plan, error) {
 			p.CacheFaults = nil
 		case "events":
 			p.Events = nil
+		case "cache":
+			p.StateCache = v
 		default:
 			return p, fmt.Errorf("override %q: unknown name", k)
 		}

@@ -26,41 +26,32 @@ var fixedSeeds = func() []uint64 {
 	return s
 }()
 
-// Defects the simulation finds on the current code, not fixed yet.
-const (
-	defectOrder = "kafka_eos: per-partition order does not hold with max_in_flight > 1 " +
-		"(a batch of epoch N+1, or a later batch of the same epoch, lands before an earlier one)"
-	defectBatchMates = "kafka_eos: a batch holding an oversized message fails only that message, " +
-		"and Benthos acknowledges its batch-mates, which were never written (lost)"
-	defectK2KBatching = "kafka_eos: Kafka-to-Kafka with output batching stalls: every batch waits 5s for " +
-		"the batch before it and is nacked, over and over (a bounded copy never ends)"
-)
-
-// knownFailures are fixed-set seeds that fail on a defect not fixed yet:
-// the fixed set skips them (saying so) until the defect is fixed, then they
-// come out of this list. Each names the defect it fails on (the first one,
-// when several).
+// knownFailures are fixed-set seeds that fail on a defect not fixed yet
+// (Defects, known.go): the fixed set skips them (saying so) until the
+// defect is fixed, then they come out of this list. Each names the defect it
+// fails on (the first one, when several).
 var knownFailures = map[uint64]string{
-	2:  defectOrder,
-	3:  defectOrder,
-	4:  defectK2KBatching,
-	5:  defectOrder,
-	8:  defectOrder,
-	10: defectOrder,
-	11: defectK2KBatching,
-	13: defectK2KBatching,
-	15: defectOrder,
-	19: defectBatchMates,
-	23: defectOrder,
-	24: defectOrder,
-	26: defectOrder,
-	29: defectK2KBatching,
-	30: defectBatchMates,
-	31: defectOrder,
-	35: defectOrder,
-	36: defectBatchMates,
-	39: defectK2KBatching,
-	40: defectK2KBatching,
+	2:  "order",
+	3:  "order",
+	4:  "k2k-batching",
+	5:  "order",
+	8:  "order",
+	9:  "shutdown-timeout",
+	10: "order",
+	11: "k2k-batching",
+	13: "k2k-batching",
+	15: "order",
+	19: "batch-mates",
+	23: "order",
+	24: "order",
+	26: "shutdown-timeout",
+	29: "k2k-batching",
+	30: "batch-mates",
+	31: "order",
+	35: "order",
+	36: "batch-mates",
+	39: "k2k-batching",
+	40: "k2k-batching",
 }
 
 // TestSimulate runs the simulation: the fixed seeds by default, or
@@ -72,21 +63,33 @@ var knownFailures = map[uint64]string{
 //	SIM_DIR=<dir>         where the logs go (default a temporary directory)
 //	SIM_TIMEOUT=<d>       the hang bound of a run (default 45s)
 //	SIM_OVERRIDE=<spec>   change the drawn plans, for triage (see Override)
+//	SIM_LOG_LEVEL=debug   the instances' log level (default info)
+//	SIM_UNTIL_FAIL=1      stop starting seeds after the first failure (with
+//	                      SIM_FIRST: how many seeds it takes to find a defect)
 //
 // Each run prints one summary line; a failing run prints its failures, where
 // its logs are, and the command that replays it; the test ends with a total.
 func TestSimulate(t *testing.T) {
+	for s, name := range knownFailures {
+		if defectWhat(name) == "?" {
+			t.Fatalf("knownFailures[%d] = %q: no such defect in Defects", s, name)
+		}
+	}
 	seeds, fixed, narrate := simSeeds(t)
+	keep := narrate || os.Getenv("SIM_KEEP") != ""
 	dir := os.Getenv("SIM_DIR")
 	if dir == "" {
-		dir = t.TempDir()
-		if narrate || os.Getenv("SIM_KEEP") != "" {
-			d, err := os.MkdirTemp("", "sim-")
-			if err != nil {
-				t.Fatal(err)
-			}
-			dir = d
+		// Not t.TempDir: a failing run's logs must outlive the test.
+		d, err := os.MkdirTemp("", "sim-")
+		if err != nil {
+			t.Fatal(err)
 		}
+		dir = d
+		defer func() {
+			if !keep && !t.Failed() {
+				_ = os.RemoveAll(d)
+			}
+		}()
 	}
 	timeout := 45 * time.Second
 	if v := os.Getenv("SIM_TIMEOUT"); v != "" {
@@ -104,15 +107,17 @@ func TestSimulate(t *testing.T) {
 		}
 		parallel = n
 	}
-	o := Options{Bin: os.Args[0], Dir: dir, Timeout: timeout, Override: os.Getenv("SIM_OVERRIDE")}
+	o := Options{Bin: os.Args[0], Dir: dir, Timeout: timeout, Override: os.Getenv("SIM_OVERRIDE"), LogLevel: os.Getenv("SIM_LOG_LEVEL")}
 	if narrate {
 		o.Logf = func(format string, args ...any) { t.Logf(format, args...) }
 		parallel = 1
 	}
 	var run []uint64
+	skipped := 0
 	for _, s := range seeds {
 		if why, ok := knownFailures[s]; ok && fixed {
-			t.Logf("sim: seed=%d skipped: known failure: %s", s, why)
+			skipped++
+			t.Logf("sim: seed=%d skipped: known failure %q: %s", s, why, defectWhat(why))
 			continue
 		}
 		run = append(run, s)
@@ -120,22 +125,34 @@ func TestSimulate(t *testing.T) {
 	start := time.Now()
 	var failed []uint64
 	var total time.Duration
-	RunMany(run, parallel, o, narrate || os.Getenv("SIM_KEEP") != "", func(res Result, logs string) {
+	byDefect := map[string]int{}
+	untilFail := os.Getenv("SIM_UNTIL_FAIL") != ""
+	ran := 0
+	RunMany(run, parallel, o, keep, func(res Result, logs string) bool {
+		ran++
 		total += res.Elapsed
 		fmt.Println(res.Summary())
 		if res.OK() {
-			return
+			return true
 		}
 		failed = append(failed, res.Seed)
+		defects, unmatched := Classify(res)
+		for _, d := range defects {
+			byDefect[d]++
+		}
+		if len(unmatched) > 0 {
+			byDefect["new"]++
+		}
 		t.Errorf("seed %d failed:\n  %s\n  logs: %s\n  replay: %s", res.Seed, strings.Join(res.Failures, "\n  "), logs, ReplayCommand(res.Seed))
+		return !untilFail
 	})
-	n := len(run)
+	n := ran
 	avg := time.Duration(0)
 	if n > 0 {
 		avg = total / time.Duration(n)
 	}
-	fmt.Printf("sim: total %d runs, %d failed %v, %d skipped as known failures, wall %s, %s per run on average (parallel %d)\n",
-		n, len(failed), failed, len(seeds)-n, time.Since(start).Round(time.Second), avg.Round(10*time.Millisecond), parallel)
+	fmt.Printf("sim: total %d runs, %d failed %v (by defect: %v), %d skipped as known failures, wall %s, %s per run on average (parallel %d)\n",
+		n, len(failed), failed, byDefect, skipped, time.Since(start).Round(time.Second), avg.Round(10*time.Millisecond), parallel)
 	if fixed && len(failed) > 0 {
 		t.Logf("a fixed seed failing on a defect not fixed yet goes in knownFailures with the defect named")
 	}
@@ -182,4 +199,13 @@ func simSeeds(t *testing.T) ([]uint64, bool, bool) {
 		return fixedSeeds[:5], true, false
 	}
 	return fixedSeeds, true, false
+}
+
+func defectWhat(name string) string {
+	for _, d := range Defects {
+		if d.Name == name {
+			return d.What
+		}
+	}
+	return "?"
 }

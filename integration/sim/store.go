@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -29,6 +30,10 @@ type store struct {
 	acked      map[int]int // record index -> acknowledgements
 	dlq        map[string]int
 	ready      map[string]bool // instances that run their stream
+	// slotWrites are the values written to the output's slot records,
+	// in the order they landed: recovery's decisions are checked
+	// against the epochs they describe.
+	slotWrites [][]byte
 
 	srv *http.Server
 	ln  net.Listener
@@ -114,18 +119,23 @@ func (s *store) handleCache(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		_, _ = w.Write(v)
-	case "set":
-		s.cache[key] = body
+		return
 	case "add":
 		if _, ok := s.cache[key]; ok {
 			http.Error(w, "exists", http.StatusNotFound)
 			return
 		}
-		s.cache[key] = body
+	case "set":
 	case "delete":
 		delete(s.cache, key)
+		return
 	default:
 		http.Error(w, "unknown cache operation "+op, http.StatusBadRequest)
+		return
+	}
+	s.cache[key] = body
+	if strings.Contains(key, "/slot/") {
+		s.slotWrites = append(s.slotWrites, body)
 	}
 }
 
