@@ -203,15 +203,7 @@ func (r *runner) setup() error {
 	r.c = c
 	r.inj.install(c)
 	r.addr = c.ListenAddrs()[0]
-	// The harness's own client asks for offsets with OffsetFetch v7 (one
-	// group, topics listed), sent straight to the seed broker.
-	vs := kversion.Stable()
-	vs.SetMaxKeyVersion(int16(kmsg.OffsetFetch), 7)
-	if p.TV == 0 {
-		vs = kversion.V3_9_0()
-		vs.SetMaxKeyVersion(int16(kmsg.OffsetFetch), 7)
-	}
-	if r.adm, err = kgo.NewClient(kgo.SeedBrokers(r.addr), kgo.MaxVersions(vs)); err != nil {
+	if r.adm, err = harnessClient(r.addr, p.TV); err != nil {
 		return err
 	}
 	if p.Mode.k2k() {
@@ -247,6 +239,18 @@ func (r *runner) setup() error {
 		}
 	}
 	return nil
+}
+
+// harnessClient is the harness's own client. It asks for offsets with
+// OffsetFetch v7 (one group, topics listed), sent straight to the seed
+// broker (pollOffsets).
+func harnessClient(addr string, tv int) (*kgo.Client, error) {
+	vs := kversion.Stable()
+	if tv == 0 {
+		vs = kversion.V3_9_0()
+	}
+	vs.SetMaxKeyVersion(int16(kmsg.OffsetFetch), 7)
+	return kgo.NewClient(kgo.SeedBrokers(addr), kgo.MaxVersions(vs))
 }
 
 // fill writes the input topic: the plan's records in transactions of 50,

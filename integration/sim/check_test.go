@@ -1,0 +1,149 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestCheckerFindsPlantedFaults runs the checker on an output topic with a
+// planted fault of every kind it looks for, and on a clean one: each check
+// must fire on its fault, and none on the clean topic.
+func TestCheckerFindsPlantedFaults(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, outTopic), kfake.SeedTopics(1, inTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	addr := c.ListenAddrs()[0]
+	adm, err := harnessClient(addr, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	p := Plan{Seed: 1, Mode: ModeDedupe, Records: 10, Keys: 2, InPartitions: 1, OutPartitions: 1, ValueMin: 5, ValueMax: 5, MaxInFlight: 1, InputBatch: 1}
+	rec := func(i int, batch string) *kgo.Record {
+		return &kgo.Record{Topic: outTopic, Key: []byte(recordKey(p, i)), Value: recordValue(p, i),
+			Headers: []kgo.RecordHeader{{Key: "sim_batch", Value: []byte(batch)}}}
+	}
+	txn := func(id string, commit bool, recs ...*kgo.Record) (*kgo.Client, []*kgo.Record) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID(id), kgo.DefaultProduceTopic(outTopic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		res := cl.ProduceSync(ctx, recs...)
+		if err := res.FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var out []*kgo.Record
+		for _, r := range res {
+			out = append(out, r.Record)
+		}
+		if commit {
+			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return cl, out
+	}
+	// Key k0 holds the even records, k1 the odd ones. Planted: r3 never
+	// written (though acknowledged), r4 written twice, r6 before r2 (key
+	// k0 out of order), batch m0/1/3 seen with 2 of its 3 records, an
+	// aborted epoch whose recovery was logged as mark-committed, and a
+	// transaction left open.
+	cl, _ := txn("t-a", true, rec(0, "m0/1/3"), rec(1, "m0/2/1"), rec(6, "m0/3/1"), rec(2, "m0/1/3"))
+	cl.Close()
+	cl, _ = txn("t-b", true, rec(4, "m0/4/1"), rec(5, "m0/5/1"), rec(4, "m0/6/1"), rec(7, "m0/7/1"), rec(8, "m0/8/1"), rec(9, "m0/9/1"))
+	cl.Close()
+	cl, aborted := txn("t-c", false, rec(9, "m0/10/1"))
+	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	open, _ := txn("t-d", false, rec(8, "m0/11/1"))
+	defer open.Close()
+
+	st, err := newStore(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	for i := range p.Records {
+		st.acked[i] = 1
+	}
+	prepare, _ := json.Marshal(map[string]any{
+		"transactional_id": "sim-0-1", "epoch": 7, "producer_id": aborted[0].ProducerID, "state": "PREPARED",
+		"partitions": []map[string]any{{"topic": outTopic, "partition": 0, "first_offset": aborted[0].Offset, "pid": aborted[0].ProducerID}},
+	})
+	st.slotWrites = append(st.slotWrites, prepare)
+	dir := t.TempDir()
+	logf := filepath.Join(dir, "m0.log")
+	line := `time="x" level=info msg="kafka_eos: recovery: epoch 7 on \"sim-0-1\": mark-committed (found committed)"` + "\n"
+	if err := os.WriteFile(logf, []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	res := &Result{Plan: p}
+	r := &runner{p: p, res: res, adm: adm, addr: addr, st: st, all: []*instance{{name: "m0", logf: logf}}, committed: map[int32]int64{}}
+	r.check()
+	want := []string{
+		"transactions left open on the output",
+		"acknowledged but not committed (I2): 1 records, e.g. [r3]",
+		"lost: 1 input records never reached the output, e.g. [r3]",
+		"duplicated in an end-to-end mode: 1 records, e.g. [r4 x2]",
+		"order: in key k0, r2 comes after r6",
+		"batch m0/1/3 seen in part by read_committed readers: 2 of 3 records",
+		`recovery decided epoch 7 on "sim-0-1": mark-committed, but the broker's log says aborted`,
+	}
+	for _, w := range want {
+		found := false
+		for _, f := range res.Failures {
+			if strings.Contains(f, w) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("the checker missed %q; it found:\n%s", w, strings.Join(res.Failures, "\n"))
+		}
+	}
+	if len(res.Failures) != len(want) {
+		t.Errorf("the checker found %d failures, want %d:\n%s", len(res.Failures), len(want), strings.Join(res.Failures, "\n"))
+	}
+
+	// Committed offsets that move backwards.
+	k := &runner{p: Plan{Mode: ModeK2K, InPartitions: 1}, res: &Result{}, adm: adm, addr: addr, committed: map[int32]int64{}}
+	commit := func(at int64) {
+		resp, err := kadm.NewClient(adm).CommitOffsets(ctx, group, kadm.OffsetsFromRecords(kgo.Record{Topic: inTopic, Partition: 0, Offset: at - 1}))
+		if err != nil || resp.Error() != nil {
+			t.Fatalf("commit: %v %v", err, resp.Error())
+		}
+	}
+	commit(5)
+	if _, err := k.pollOffsets(); err != nil {
+		t.Fatal(err)
+	}
+	commit(3)
+	if _, err := k.pollOffsets(); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.res.Failures) != 1 || !strings.Contains(k.res.Failures[0], "moved backwards from 5 to 3") {
+		t.Errorf("offsets moving backwards: failures %q", k.res.Failures)
+	}
+}

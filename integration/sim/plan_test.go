@@ -1,0 +1,76 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestPrintPlans prints the plans of SIM_PLANS (comma-separated seeds).
+func TestPrintPlans(t *testing.T) {
+	v := os.Getenv("SIM_PLANS")
+	if v == "" {
+		t.Skip("SIM_PLANS not set")
+	}
+	for _, s := range strings.Split(v, ",") {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("%d: %s\n", n, Draw(n))
+	}
+}
+
+// TestDrawIsDeterministic: a seed always draws the same plan, and the seeds
+// cover every mode, both transaction versions and every fault action.
+func TestDrawIsDeterministic(t *testing.T) {
+	modes, tvs, actions := map[Mode]bool{}, map[int]bool{}, map[FaultAction]bool{}
+	events := map[EventKind]bool{}
+	for s := uint64(1); s <= 300; s++ {
+		a, b := Draw(s), Draw(s)
+		if a.String() != b.String() {
+			t.Fatalf("seed %d drew two plans:\n%s\n%s", s, a, b)
+		}
+		modes[a.Mode], tvs[a.TV] = true, true
+		for _, f := range a.Faults {
+			actions[f.Action] = true
+		}
+		for _, e := range a.Events {
+			events[e.Kind] = true
+		}
+	}
+	if len(modes) != 5 || len(tvs) != 2 || len(actions) != 4 || len(events) != 3 {
+		t.Fatalf("300 seeds drew modes %v, versions %v, fault actions %v, events %v", modes, tvs, actions, events)
+	}
+}
+
+// TestInjectorCountsRequests: a fault hits the At-th to the (At+Count-1)-th
+// request of its kind counted once armed, never one before arming.
+func TestInjectorCountsRequests(t *testing.T) {
+	in := newInjector([]ReqFault{
+		{Key: 0, At: 2, Count: 2, Action: ActError, Code: 6},
+		{Key: 0, At: 1, Count: 1, Action: ActClose},
+		{Key: 1, At: 0, Count: -1, Action: ActError, Code: 29, Fatal: true},
+	})
+	ctl := func(a FaultAction) bool { return a == ActError || a == ActDelay }
+	if i := in.pick(0, in.ctlCount, ctl); i != -1 {
+		t.Fatalf("before arming: fault %d", i)
+	}
+	in.arm(true)
+	var got []int
+	for range 5 {
+		got = append(got, in.pick(0, in.ctlCount, ctl))
+	}
+	if fmt.Sprint(got) != "[-1 -1 0 0 -1]" {
+		t.Fatalf("produce faults by request: %v, want [-1 -1 0 0 -1]", got)
+	}
+	if i := in.pick(1, in.ctlCount, ctl); i != 2 || !in.fatalSeen() {
+		t.Fatalf("the fatal fault: %d, seen %v", i, in.fatalSeen())
+	}
+	in.liftFatal()
+	if i := in.pick(1, in.ctlCount, ctl); i != -1 {
+		t.Fatalf("the lifted fatal fault still hits: %d", i)
+	}
+}
