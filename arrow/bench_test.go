@@ -57,6 +57,16 @@ func BenchmarkEncode(b *testing.B) {
 				}
 			})
 		})
+		// The same through arrow-go's IPC writer (what AppendIPC did
+		// before its direct writer): the reference.
+		b.Run(fmt.Sprintf("value=%dB/new-arrowgo", size), func(b *testing.B) {
+			enc := NewEncoder()
+			perRecord(b, len(recs), func() {
+				if _, err := enc.appendViaArrowGo(nil, recs); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
 	}
 }
 

@@ -49,7 +49,8 @@ type Encoder struct {
 
 	dict     []string
 	dictIdx  map[string]int32
-	lastSize int // bytes of the column buffers of the last batch built
+	topicIdx []int32 // the direct IPC writer's topic indices, reused
+	lastSize int     // bytes of the column buffers (or the stream) of the last batch
 }
 
 // NewEncoder returns an Encoder.
@@ -83,6 +84,12 @@ func (e *Encoder) Build(recs []*kgo.Record) (arrow.RecordBatch, error) {
 // call; only the returned bytes are new. An empty recs gives a valid stream
 // with one record batch of zero rows.
 func (e *Encoder) AppendIPC(dst []byte, recs []*kgo.Record) ([]byte, error) {
+	return e.appendDirect(dst, recs)
+}
+
+// appendViaArrowGo is AppendIPC through arrow-go's IPC writer: the reference
+// the direct writer is tested against.
+func (e *Encoder) appendViaArrowGo(dst []byte, recs []*kgo.Record) ([]byte, error) {
 	rec, err := e.build(recs, true)
 	if err != nil {
 		return dst, err
