@@ -239,13 +239,14 @@ func (r *runner) check() {
 			}
 		}
 	}
-	if p.Mode.k2k() && complete {
+	if p.Mode.kafkaInput() && complete {
 		if _, err := r.pollOffsets(); err != nil {
 			r.fail("reading the group's offsets: %v", err)
 		} else if !r.lag0() {
 			r.fail("the group's committed offsets %v are not the input's ends %v", r.committed, r.ends)
 		}
 	}
+	r.checkKept(out)
 	r.checkOrder(out)
 	r.checkBatches(out)
 	r.checkRecovery(view)
@@ -357,6 +358,30 @@ func (r *runner) completed() bool {
 		}
 	}
 	return r.unexpected <= 3
+}
+
+// checkKept checks that a Kafka-to-Kafka copy keeps each record's partition
+// and key (whatever headers the record carries), and that a copy keyed by
+// kafka_key (plain-kafka) keeps the key.
+func (r *runner) checkKept(out []outRecord) {
+	p := r.p
+	if !p.Mode.kafkaInput() {
+		return
+	}
+	for _, o := range out {
+		i := recordIndex(o.id)
+		if i < 0 {
+			continue
+		}
+		if want := recordKey(p, i); o.key != want {
+			r.fail("%s written with key %q, its input key is %q", o.id, o.key, want)
+			return
+		}
+		if want := recordPartition(p, i); p.Mode.k2k() && o.partition != want {
+			r.fail("%s copied to partition %d, its input partition is %d", o.id, o.partition, want)
+			return
+		}
+	}
 }
 
 // checkOrder checks the order the docs promise: Kafka-to-Kafka (and Arrow)

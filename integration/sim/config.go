@@ -36,7 +36,7 @@ func streamYAML(p Plan, brokers, inst string, m int, logLevel string) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "logger: { level: %s, format: logfmt, add_timestamp: true }\nshutdown_timeout: %s\n", logLevel, shutdownTimeout)
-	if p.Mode.k2k() {
+	if p.Mode.kafkaInput() {
 		fmt.Fprintf(&b, `input:
   kafka_native:
     seed_brokers: [ %q ]
@@ -48,7 +48,7 @@ func streamYAML(p Plan, brokers, inst string, m int, logLevel string) string {
     max_batch_records: %d
     commit_period: %s
 `, brokers, "sim-"+inst, inTopic, group, p.InputBatch, p.CommitPeriod)
-		if p.Mode == ModeMembers {
+		if p.Mode.members() {
 			fmt.Fprintf(&b, `    stop_offset: none
     group_membership: true
     session_timeout: %s
@@ -86,6 +86,8 @@ func streamYAML(p Plan, brokers, inst string, m int, logLevel string) string {
 		o.WriteString("  input_format: arrow\n  partitioner: manual\n  arrow_timestamps: true\n")
 	case ModeK2K, ModeMembers:
 		fmt.Fprintf(&o, "  partitioner: manual\n  partition: '${! meta(\"kafka_partition\") }'\n  key: '${! meta(\"kafka_key\") }'\n")
+	case ModePlainKafka, ModePlainKafkaMembers:
+		o.WriteString("  key: '${! meta(\"kafka_key\") }'\n")
 	default:
 		o.WriteString("  key: '${! meta(\"sim_key\") }'\n")
 	}

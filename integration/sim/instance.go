@@ -148,6 +148,17 @@ func (in *instance) fatalLine() string {
 	return last
 }
 
+// outputReady reports whether the instance's kafka_eos finished its start
+// (recovery, every slot initialised: the transactions a crashed
+// predecessor left open are aborted by then).
+func (in *instance) outputReady() bool {
+	b, err := os.ReadFile(in.logf)
+	if err != nil {
+		return false
+	}
+	return strings.Contains(string(b), `ready (transaction version`)
+}
+
 // lastLines is the end of the instance's log, for a failure report.
 func (in *instance) lastLines(n int) string {
 	b, err := os.ReadFile(in.logf)

@@ -24,14 +24,28 @@ const (
 	ModeK2K     Mode = "k2k"         // kafka_native -> kafka_eos, one consumer group, bounded read
 	ModeMembers Mode = "k2k-members" // as k2k with group_membership and two members, unbounded
 	ModeArrow   Mode = "arrow"       // as k2k with format: arrow
+	// ModePlainKafka: kafka_native with a consumer group that it commits
+	// itself -> kafka_eos without one: at-least-once.
+	ModePlainKafka Mode = "plain-kafka"
+	// ModePlainKafkaMembers: as plain-kafka with group_membership and two
+	// members, unbounded.
+	ModePlainKafkaMembers Mode = "plain-kafka-members"
 )
 
 // Kafka-to-Kafka reports whether the mode copies a Kafka topic with the
 // group's offsets committed in the output's transactions.
 func (m Mode) k2k() bool { return m == ModeK2K || m == ModeMembers || m == ModeArrow }
 
+// kafkaInput reports whether the mode reads a Kafka topic with kafka_native
+// and a consumer group.
+func (m Mode) kafkaInput() bool { return m.k2k() || m == ModePlainKafka || m == ModePlainKafkaMembers }
+
+// members reports whether the mode runs two group members (group_membership,
+// unbounded read).
+func (m Mode) members() bool { return m == ModeMembers || m == ModePlainKafkaMembers }
+
 // endToEnd reports whether the mode promises every input record exactly once.
-func (m Mode) endToEnd() bool { return m != ModePlain }
+func (m Mode) endToEnd() bool { return m.k2k() || m == ModeDedupe }
 
 // FaultAction is what a request fault does to the request it hits.
 type FaultAction string
@@ -184,6 +198,10 @@ type Plan struct {
 	// TxnTimeout is the output's transaction_timeout: short in some runs,
 	// so that the coordinator aborts epochs left open by a crash.
 	TxnTimeout time.Duration
+	// HostileHeaders: some input records carry headers named as
+	// kafka_native's metadata (kafka_partition, kafka_offset, kafka_key)
+	// with other values; a copy must keep each record's own.
+	HostileHeaders bool
 }
 
 // MaxMessageBytes is the output's max_message_bytes in every run: small, so
@@ -195,7 +213,7 @@ const MaxMessageBytes = 8192
 func Draw(seed uint64) Plan {
 	r := rand.New(rand.NewPCG(seed, seed^0x5eed5eed5eed5eed))
 	p := Plan{Seed: seed}
-	p.Mode = pick(r, []Mode{ModePlain, ModeDedupe, ModeK2K, ModeK2K, ModeMembers, ModeArrow})
+	p.Mode = pick(r, []Mode{ModePlain, ModeDedupe, ModeK2K, ModeK2K, ModeMembers, ModeArrow}) // plain-kafka: below
 	p.TV = pick(r, []int{0, 2})
 	p.InPartitions = int32(1 + r.IntN(3))
 	p.OutPartitions = int32(1 + r.IntN(3))
@@ -304,6 +322,28 @@ func Draw(seed uint64) Plan {
 			p.Events[i].RestartDelay = p.TxnTimeout + time.Second
 		}
 	}
+	if p.Mode == ModePlain && r.IntN(2) == 0 {
+		// Half the plain runs read a Kafka topic instead, the input
+		// committing the group's offsets itself; a third of those as
+		// two members. They get faults of the input's requests too.
+		p.Mode = ModePlainKafka
+		if r.IntN(3) == 0 {
+			p.Mode = ModePlainKafkaMembers
+			for i := range p.Events {
+				p.Events[i].Member = r.IntN(2)
+			}
+		}
+		keys := []kmsg.Key{kmsg.Fetch, kmsg.ListOffsets, kmsg.OffsetFetch, kmsg.OffsetCommit}
+		if p.Mode == ModePlainKafkaMembers {
+			keys = append(keys, kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat)
+		}
+		for range r.IntN(3) {
+			p.Faults = append(p.Faults, drawFault(r, keys))
+		}
+	}
+	if p.Mode.kafkaInput() && r.IntN(4) == 0 {
+		p.HostileHeaders = true
+	}
 	return p
 }
 
@@ -409,6 +449,9 @@ func (p Plan) String() string {
 	}
 	if p.AbortedTxns > 0 {
 		fmt.Fprintf(&b, " aborted_in=%d", p.AbortedTxns)
+	}
+	if p.HostileHeaders {
+		b.WriteString(" hostile_headers")
 	}
 	fmt.Fprintf(&b, " max_in_flight=%d pool=%d batching=%d epoch=%s/%d in_batch=%d commit=%s cache=%s txn_timeout=%s",
 		p.MaxInFlight, p.PoolSize, p.Batching, p.EpochInterval, p.EpochMaxRecords, p.InputBatch, p.CommitPeriod, p.StateCache, p.TxnTimeout)

@@ -206,7 +206,7 @@ func (r *runner) setup() error {
 	if r.adm, err = harnessClient(r.addr, p.TV); err != nil {
 		return err
 	}
-	if p.Mode.k2k() {
+	if p.Mode.kafkaInput() {
 		if err := r.fill(); err != nil {
 			return fmt.Errorf("filling the input: %w", err)
 		}
@@ -230,7 +230,7 @@ func (r *runner) setup() error {
 	}
 	r.inj.arm(true)
 	members := 1
-	if p.Mode == ModeMembers {
+	if p.Mode.members() {
 		members = 2
 	}
 	for m := range members {
@@ -284,7 +284,15 @@ func (r *runner) fill() error {
 	for k := range chunks {
 		var recs []*kgo.Record
 		for i := k * chunk; i < min((k+1)*chunk, p.Records); i++ {
-			recs = append(recs, &kgo.Record{Topic: inTopic, Partition: recordPartition(p, i), Key: []byte(recordKey(p, i)), Value: recordValue(p, i)})
+			rec := &kgo.Record{Topic: inTopic, Partition: recordPartition(p, i), Key: []byte(recordKey(p, i)), Value: recordValue(p, i)}
+			if p.HostileHeaders && i%7 == 3 {
+				rec.Headers = []kgo.RecordHeader{
+					{Key: "kafka_partition", Value: []byte("9")},
+					{Key: "kafka_offset", Value: []byte("-5")},
+					{Key: "kafka_key", Value: []byte("hostile")},
+				}
+			}
+			recs = append(recs, rec)
 		}
 		if err := txn(recs, true); err != nil {
 			return err
@@ -356,7 +364,7 @@ func (r *runner) pollOffsets() (map[int32]int64, error) {
 // committed offsets against the input's ends, or the records acknowledged to
 // sim_source.
 func (r *runner) progress() float64 {
-	if !r.p.Mode.k2k() {
+	if !r.p.Mode.kafkaInput() {
 		return float64(r.st.ackedCount()) / float64(r.p.Records)
 	}
 	var got, want int64
@@ -444,7 +452,7 @@ func (r *runner) loop(deadline time.Time) {
 			r.fail("hang: the run did not end within %s (progress %.2f, running %v; %s)", r.o.Timeout, r.progress(), running, r.state())
 			return
 		}
-		if r.p.Mode.k2k() {
+		if r.p.Mode.kafkaInput() {
 			_, _ = r.pollOffsets()
 		}
 		now := time.Now()
@@ -492,7 +500,7 @@ func (r *runner) reap() {
 		}
 		switch code {
 		case 0:
-			if r.p.Mode == ModeMembers && !r.stopping() {
+			if r.p.Mode.members() && !r.stopping() {
 				r.unexpectedExit(m, in, "exited 0 on its own, reading an unbounded input")
 				continue
 			}
@@ -580,9 +588,16 @@ func (r *runner) finished() bool {
 	if len(r.timers) > 0 {
 		return false
 	}
-	if r.p.Mode == ModeMembers {
+	if r.p.Mode.members() {
 		if !r.lag0() {
 			return false
+		}
+		// Every member's output finished its start, so that what a
+		// crashed predecessor left open is aborted before the stop.
+		for _, in := range r.live {
+			if in != nil && !in.exited() && !in.outputReady() {
+				return false
+			}
 		}
 		return true
 	}
