@@ -259,7 +259,7 @@ message is atomic like a batch, and the epoch and recovery semantics are
 unchanged. Each record gets the row's key (null stays null), value (a null value
 is a tombstone, an empty one stays empty), headers (in order, duplicates and null
 values kept) and, with `+"`arrow_timestamps: true`"+`, timestamp. The topic is
-`+"`topic`"+` evaluated on the message (`+"`${! meta(\"kafka_topic\") }`"+` is the source
+`+"`topic`"+` evaluated on the message (`+"`${! metadata(\"kafka_topic\") }`"+` is the source
 topic). Under `+"`partitioner: manual`"+` each row goes to its own partition (the source
 partition: the target needs at least as many partitions); otherwise the
 partitioner chooses, by key. Keys and values are produced straight from the
@@ -405,9 +405,9 @@ on their increase sees the first one.
 				Advanced(),
 			service.NewObjectField(keoFieldDedupe,
 				service.NewInterpolatedStringField(keoFieldDedupeKey).
-					Description("The dedupe key of a message: positions are compared per key (e.g. `${! meta(\"kafka_partition\") }`)."),
+					Description("The dedupe key of a message: positions are compared per key (e.g. `${! metadata(\"kafka_partition\") }`)."),
 				service.NewInterpolatedStringField(keoFieldDedupePosition).
-					Description("The position of a message within its key, a decimal integer that increases strictly per key in the order the input delivers the messages (e.g. `${! meta(\"kafka_offset\") }`). A message whose position does not parse as an integer fails with an error naming the message and the value (its whole batch is nacked, nothing of it is acknowledged)."),
+					Description("The position of a message within its key, a decimal integer that increases strictly per key in the order the input delivers the messages (e.g. `${! metadata(\"kafka_offset\") }`). A message whose position does not parse as an integer fails with an error naming the message and the value (its whole batch is nacked, nothing of it is acknowledged)."),
 				service.NewIntField(keoFieldDedupeMaxKeys).
 					Description("The most keys whose positions are kept. The committed positions of every key are one state cache value (about the key's length plus 25 bytes per key, JSON), which must fit the cache's value limit (`kafka_state`: the topic's max.message.bytes, 1 MiB by default) and is rewritten after every epoch; a message with a new key beyond the bound fails with an error naming the key. Default 10000.").
 					Default(defaultDedupeMaxKeys).
@@ -428,7 +428,7 @@ output:
   kafka_eos:
     seed_brokers: [ localhost:9092 ]
     topic: events
-    key: ${! meta("id") }
+    key: ${! metadata("id") }
     transactional_id: events-writer
     state_cache: eos_state
 `).
@@ -448,8 +448,8 @@ output:
     state_cache: eos_state
     max_in_flight: 1
     dedupe:
-      key: ${! meta("kafka_partition") }
-      position: ${! meta("kafka_offset") }
+      key: ${! metadata("kafka_partition") }
+      position: ${! metadata("kafka_offset") }
 `)
 }
 

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"fmt"
 	"path"
+	"regexp"
 	"strings"
 	"text/template"
 
@@ -64,9 +65,25 @@ func Render(env *service.Environment) (map[string][]byte, error) {
 		if err := tmpl.Execute(&buf, data); err != nil {
 			return nil, fmt.Errorf("%s %s: %w", c.Type, c.Name, err)
 		}
-		out[path.Join(c.Type, c.Name+".md")] = buf.Bytes()
+		out[path.Join(c.Type, c.Name+".md")] = unXref(buf.Bytes())
 	}
 	return out, nil
+}
+
+// xrefRE matches the Antora cross-references of Benthos' own field
+// descriptions (the batching policy's), which render as raw text on GitHub.
+var xrefRE = regexp.MustCompile(`xref:[^\[\s]*\[([^\]]*)\]`)
+
+// unXref keeps a cross-reference's text and drops its target: the target is
+// a page of the Benthos site that these docs do not have.
+func unXref(b []byte) []byte {
+	return xrefRE.ReplaceAllFunc(b, func(m []byte) []byte {
+		text := xrefRE.FindSubmatch(m)[1]
+		if len(text) == 0 {
+			return []byte("the Benthos docs")
+		}
+		return text
+	})
 }
 
 var tmpl = template.Must(template.New("doc").Funcs(template.FuncMap{
