@@ -17,13 +17,13 @@ import (
 type EncoderOpt func(*Encoder)
 
 // EncoderAllocator sets the allocator of the record batches returned by
-// [Encoder.Build] (and the few scratch buffers arrow-go's IPC writer needs),
-// overriding the default memory.DefaultAllocator (the Go heap). Use a
-// memory.CheckedAllocator in tests to prove every batch is released, or a
-// pooling allocator when batches are built and released at a high rate.
+// [Encoder.Build], overriding the default memory.DefaultAllocator (the Go
+// heap). Use a memory.CheckedAllocator in tests to prove every batch is
+// released, or a pooling allocator when batches are built and released at a
+// high rate.
 //
-// [Encoder.AppendIPC] does not allocate its column buffers from it: those are
-// the encoder's own scratch slices, reused from call to call.
+// [Encoder.AppendIPC] does not use it: it writes the stream into dst (or one
+// fresh slice) and allocates nothing else per call.
 func EncoderAllocator(mem memory.Allocator) EncoderOpt {
 	return func(e *Encoder) { e.mem = mem }
 }
@@ -33,9 +33,9 @@ func EncoderAllocator(mem memory.Allocator) EncoderOpt {
 //
 // The encoder writes the column buffers itself (two passes over the records:
 // sizes, then bytes) rather than through arrow-go's builders, so that each
-// column is allocated once at its final size and, for AppendIPC, the buffers
-// are reused by the next call: encoding a fetch costs a constant number of
-// allocations, not a number per record.
+// column is allocated once at its final size; AppendIPC writes the columns
+// straight into the IPC stream (see ipcwrite.go): encoding a fetch costs one
+// allocation, the stream, not a number per record.
 //
 // An Encoder is not safe for concurrent use; keep one per reader loop (or in
 // a sync.Pool). The zero value is not usable: call NewEncoder.
@@ -80,9 +80,9 @@ func (e *Encoder) Build(recs []*kgo.Record) (arrow.RecordBatch, error) {
 // of exactly the right size class, which the caller owns (e.g. as a Benthos
 // message body).
 //
-// The column buffers are the encoder's scratch memory, reused by the next
-// call; only the returned bytes are new. An empty recs gives a valid stream
-// with one record batch of zero rows.
+// Nothing else is allocated: the record bytes are written into the stream
+// once. An empty recs gives a valid stream with one record batch of zero
+// rows.
 func (e *Encoder) AppendIPC(dst []byte, recs []*kgo.Record) ([]byte, error) {
 	return e.appendDirect(dst, recs)
 }
