@@ -37,7 +37,7 @@ func (c *unknownTopicClock) observe(cause error, now time.Time, grace time.Durat
 	if now.Sub(c.first) < grace {
 		return nil
 	}
-	return fmt.Errorf("kafka_eos: %w (for longer than %s %v: does the topic exist?)", cause, keoFieldUnknownTopicGrace, grace)
+	return fmt.Errorf("%w (for longer than %s %v: does the topic exist?)", cause, keoFieldUnknownTopicGrace, grace)
 }
 
 // reset ends an outage: an epoch committed.
