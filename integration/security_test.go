@@ -450,8 +450,9 @@ type fatalCase struct {
 	conn func(s *kafkatest.Secure) (in, out, cache secConn)
 	// acls are granted to the denied user; nil grants nothing.
 	acls func(n secNames) []secACL
-	// want are substrings of the fatal error line ("connect-eos: stopping:
-	// fatal: ..."): the error and the resource it is about.
+	// want are substrings of the fatal error line ("connect-eos: exit code
+	// 3 after a fatal error: fatal: ..."): the error and the resource it is
+	// about.
 	want func(n secNames) []string
 	// gap, if set, is a known gap in a component, described in
 	// docs/security.md and the session report: when the run breaks any
@@ -638,7 +639,7 @@ func (h *secHarness) checkFatal(t *testing.T, c fatalCase, n secNames, r secRun)
 	case r.code != exitFatal:
 		problems = append(problems, fmt.Sprintf("exit code %d, want %d", r.code, exitFatal))
 	case line == "":
-		problems = append(problems, "no `connect-eos: stopping:` line")
+		problems = append(problems, "no `connect-eos: exit code 3 after a fatal error:` line")
 	default:
 		for _, w := range c.want(n) {
 			if !strings.Contains(line, w) {
@@ -669,11 +670,11 @@ func lastError(out string) string {
 	return "none"
 }
 
-// fatalLine returns the line connect-eos prints when a component raises a
-// fatal error.
+// fatalLine returns the line connect-eos prints when it exits after a
+// component raised a fatal error.
 func fatalLine(out string) string {
 	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "connect-eos: stopping: ") {
+		if strings.HasPrefix(l, "connect-eos: exit code 3 after a fatal error: ") {
 			return l
 		}
 	}
