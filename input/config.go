@@ -68,6 +68,7 @@ type config struct {
 	maxBatchBytes     int
 	maxPartitionBytes int32
 	maxBufferedBytes  int64
+	maxBufferedTotal  int64
 	maxDecompressed   int
 
 	commitPeriod        time.Duration
@@ -367,6 +368,10 @@ func configFromParsed(conf *service.ParsedConfig) (*config, error) {
 		return nil, fmt.Errorf("field %s: %w", knFieldMaxBufferedBytes, err)
 	}
 	c.maxBufferedBytes = n
+	if n, err = kafkaconf.FieldBytes(conf, knFieldMaxBufferedTotal); err != nil {
+		return nil, fmt.Errorf("field %s: %w", knFieldMaxBufferedTotal, err)
+	}
+	c.maxBufferedTotal = n
 	if c.maxDecompressed, err = conf.FieldInt(knFieldMaxDecompressed); err != nil {
 		return nil, err
 	}
@@ -429,6 +434,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("field %s: must be at least 1", knFieldMaxPartitionBytes)
 	case c.maxBufferedBytes < 1:
 		return fmt.Errorf("field %s: must be at least 1", knFieldMaxBufferedBytes)
+	case c.maxBufferedTotal < 1:
+		return fmt.Errorf("field %s: must be at least 1", knFieldMaxBufferedTotal)
 	case c.maxDecompressed < 1:
 		return fmt.Errorf("field %s: must be at least 1", knFieldMaxDecompressed)
 	case c.discovery < 0:

@@ -223,7 +223,14 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 			msgs, emitted = service.MessageBatch{msg}, int64(len(rows))
 		}
 		pending := len(msgs) > 0
-		sp, current := f.tr.advanceAs(p, id, to, bytes, pending, now)
+		// What the batch holds in memory until acknowledged: its keys
+		// and values and, per record, the message (or Arrow row) around
+		// them.
+		held := bytes + emitted*recordOverhead(arrow)
+		if !pending {
+			held = 0
+		}
+		sp, current := f.tr.advanceAs(p, id, to, held, pending, now)
 		if !current {
 			gone = true
 			f.log.Debugf("Partition %s: revoked or lost while its records up to %d were handed over; the rest of the fetch (to offset %d) is dropped", p, to, recs[len(recs)-1].Offset)
@@ -370,6 +377,17 @@ func (f *fetchLoop) toArrowMessage(p tp, rows []*kgo.Record) (*service.Message, 
 	return msg, nil
 }
 
+// recordOverhead is what the input counts, besides its key and value, for a
+// record handed to the pipeline and not yet acknowledged: the Benthos message
+// around it and its metadata (about 500 bytes on the heap), or its share of an
+// Arrow message's offsets, validity bits and row fields.
+func recordOverhead(arrow bool) int64 {
+	if arrow {
+		return 32
+	}
+	return 512
+}
+
 // flowControl pauses finished partitions (so kgo stops fetching past their
 // stops) and partitions whose unacknowledged bytes exceed the bound, and
 // resumes the latter once acks brought them below it. kgo drops the buffered
@@ -379,9 +397,14 @@ func (f *fetchLoop) flowControl() {
 	pause := map[string][]int32{}
 	resume := map[string][]int32{}
 	f.tr.mu.Lock()
+	var total int64
+	for _, p := range f.tr.order {
+		total += f.tr.parts[p].unackedBytes
+	}
+	overTotal := total > f.cfg.maxBufferedTotal
 	for _, p := range f.tr.order {
 		ps := f.tr.parts[p]
-		want := ps.finished || ps.unackedBytes > f.cfg.maxBufferedBytes
+		want := ps.finished || ps.unackedBytes > f.cfg.maxBufferedBytes || overTotal
 		switch {
 		case want && !ps.paused:
 			pause[p.Topic] = append(pause[p.Topic], p.Partition)

@@ -53,6 +53,7 @@ var scenarios = []struct {
 	{"UnboundedMultiPartition", scenarioUnboundedMultiPartition},
 	{"UnboundedDataLoss", scenarioUnboundedDataLoss},
 	{"PauseResumeUnderBackpressure", scenarioBackpressure},
+	{"PauseResumeOverTotalBudget", scenarioTotalBudget},
 	{"UnknownTopic", scenarioUnknownTopic},
 	{"TopicDeletedWhileReading", scenarioTopicDeleted},
 	{"TopicRecreatedWhileReading", scenarioTopicRecreated},
@@ -693,7 +694,7 @@ func scenarioBackpressure(t *testing.T, e *env) {
 topics: [ %s ]
 stop_offset: latest
 max_batch_records: 1
-max_buffered_bytes_per_partition: 4
+max_buffered_bytes_per_partition: 1024
 fetch_max_partition_bytes: 1
 `, topic))
 	h.mustConnect()
@@ -701,8 +702,9 @@ fetch_max_partition_bytes: 1
 	defer cancel()
 	var acks []func()
 	var gs []got
-	// Read without acking: the partition is paused once 4 bytes are
-	// unacknowledged.
+	// Read without acking: the partition is paused once more than 1024
+	// bytes are unacknowledged (each record counts its value and 512
+	// bytes for its message: two records).
 	for len(gs) < 2 {
 		b, ack, err := h.in.ReadBatch(ctx)
 		require.NoError(t, err)
@@ -724,6 +726,67 @@ fetch_max_partition_bytes: 1
 	wait(t, 10*time.Second, func() bool { return h.raw.conn.tr.snapshots()[0].position > pausedAt })
 	gs = append(gs, h.readAll(readTimeout)...)
 	assert.Equal(t, strs(vals("a", 20)), values(gs))
+}
+
+// scenarioTotalBudget: max_buffered_bytes bounds the bytes handed to the
+// pipeline and not acknowledged across partitions: with three partitions,
+// each far below its own bound, every partition is paused once the total
+// passes it, and all resume once the batches are acknowledged.
+func scenarioTotalBudget(t *testing.T, e *env) {
+	topic := e.topic(t, 3)
+	for p := range int32(3) {
+		for _, v := range vals(fmt.Sprintf("p%d", p), 10) {
+			e.produce(t, topic, p, v)
+		}
+	}
+	h := e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+stop_offset: latest
+max_batch_records: 1
+max_buffered_bytes_per_partition: 1MiB
+max_buffered_bytes: 2000
+fetch_max_partition_bytes: 1
+`, topic))
+	h.mustConnect()
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	var acks []func()
+	var gs []got
+	// Read without acking: four records (4 x (512 + value)) pass 2000
+	// bytes, after which every partition is paused.
+	for len(gs) < 4 {
+		b, ack, err := h.in.ReadBatch(ctx)
+		require.NoError(t, err)
+		gs = append(gs, toGot(b)...)
+		acks = append(acks, func() { require.NoError(t, ack(ctx, nil)) })
+	}
+	allPaused := func() bool {
+		for _, s := range h.raw.conn.tr.snapshots() {
+			if !s.paused && !s.finished {
+				return false
+			}
+		}
+		return true
+	}
+	wait(t, 10*time.Second, allPaused)
+	var before int64
+	for _, s := range h.raw.conn.tr.snapshots() {
+		before += s.position
+	}
+	time.Sleep(300 * time.Millisecond)
+	var after int64
+	for _, s := range h.raw.conn.tr.snapshots() {
+		after += s.position
+	}
+	assert.Equal(t, before, after, "paused partitions are not read")
+	for _, a := range acks {
+		a()
+	}
+	gs = append(gs, h.readAll(readTimeout)...)
+	bp := byPartition(gs)
+	for p := range int32(3) {
+		assert.Equal(t, strs(vals(fmt.Sprintf("p%d", p), 10)), bp[p])
+	}
 }
 
 func scenarioUnknownTopic(t *testing.T, e *env) {

@@ -59,6 +59,7 @@ const (
 	knFieldMaxBatchBytes       = "max_batch_bytes"
 	knFieldMaxPartitionBytes   = "fetch_max_partition_bytes"
 	knFieldMaxBufferedBytes    = "max_buffered_bytes_per_partition"
+	knFieldMaxBufferedTotal    = "max_buffered_bytes"
 	knFieldMaxDecompressed     = "max_decompressed_batch_bytes"
 	knFieldStallWarning        = "stall_warning_interval"
 	knFieldCommitPeriod        = "commit_period"
@@ -271,8 +272,12 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Default(1<<20).
 				Advanced(),
 			kafkaconf.BytesField(knFieldMaxBufferedBytes).
-				Description("A partition is paused while the bytes it has handed to the pipeline and not yet had acknowledged exceed this bound, and resumed when they drop below it, so one slow or stuck batch cannot grow memory. Default 67108864 (64 MiB).").
+				Description("A partition is paused while the bytes it has handed to the pipeline and not yet had acknowledged exceed this bound, and resumed when they drop below it, so one slow or stuck batch cannot grow memory. Bytes are counted as the records' keys and values plus 512 per record for the message around each (32 per row in `format: arrow`). Default 67108864 (64 MiB).").
 				Default(64<<20).
+				Advanced(),
+			kafkaconf.BytesField(knFieldMaxBufferedTotal).
+				Description("Every partition is paused while the bytes handed to the pipeline and not yet acknowledged, all partitions together (counted as for `max_buffered_bytes_per_partition`), exceed this bound, and resumed when they drop below it: the input's read-ahead, bounded whatever the number of partitions. It can be passed by up to one fetch per partition. Default 268435456 (256 MiB).").
+				Default(256<<20).
 				Advanced(),
 			service.NewIntField(knFieldMaxDecompressed).
 				Description("The most bytes one fetched record batch may decompress to. franz-go stops reading a partition at a batch that decompresses to more, since reading it again fails the same way: the stream then fails with an error naming the partition and the batch's offset. Default 1073741824 (1 GiB, franz-go's).").

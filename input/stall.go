@@ -20,7 +20,12 @@ func (b *bookkeeper) checkStalls(ctx context.Context, now time.Time) {
 		return
 	}
 	var stalled []snapshot
-	for _, s := range b.tr.snapshots() {
+	var total int64 // unacknowledged bytes of every partition
+	snaps := b.tr.snapshots()
+	for _, s := range snaps {
+		total += s.unackedBytes
+	}
+	for _, s := range snaps {
 		if !s.finished && now.Sub(s.lastAdvance) >= d && now.Sub(s.stallWarned) >= d {
 			stalled = append(stalled, s)
 		}
@@ -69,6 +74,8 @@ func (b *bookkeeper) checkStalls(ctx context.Context, now time.Time) {
 		switch {
 		case s.paused && s.unackedBytes > b.cfg.maxBufferedBytes:
 			why = fmt.Sprintf("paused: %d bytes handed to the pipeline are not acknowledged (%s %d); the pipeline or the output is slow or stuck", s.unackedBytes, knFieldMaxBufferedBytes, b.cfg.maxBufferedBytes)
+		case s.paused && total > b.cfg.maxBufferedTotal:
+			why = fmt.Sprintf("paused: %d bytes handed to the pipeline by all partitions are not acknowledged (%s %d); the pipeline or the output is slow or stuck", total, knFieldMaxBufferedTotal, b.cfg.maxBufferedTotal)
 		case end > s.position && s.lastErr != "" && now.Sub(s.lastErrAt) < d:
 			why = fmt.Sprintf("fetching it fails: %s (%v ago)", s.lastErr, now.Sub(s.lastErrAt).Round(time.Millisecond))
 		case end > s.position:
