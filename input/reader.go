@@ -23,7 +23,10 @@ const (
 	metaPartition = "kafka_partition"
 	metaOffset    = "kafka_offset"
 	metaTimestamp = "kafka_timestamp_ms"
-	metaTombstone = "kafka_tombstone_message"
+	// metaTimestampUnix is the timestamp in seconds, under Redpanda
+	// Connect's name.
+	metaTimestampUnix = "kafka_timestamp_unix"
+	metaTombstone     = "kafka_tombstone_message"
 
 	// With format: arrow, instead of the per-record keys above (the
 	// records are rows of the body).
@@ -41,7 +44,7 @@ const (
 // that is one of the keys the input sets itself.
 func headerMetaKey(k string) string {
 	switch k {
-	case metaKey, metaTopic, metaPartition, metaOffset, metaTimestamp, metaTombstone:
+	case metaKey, metaTopic, metaPartition, metaOffset, metaTimestamp, metaTimestampUnix, metaTombstone:
 		return metaHeaderPrefix + k
 	}
 	return k
@@ -349,6 +352,7 @@ func (f *fetchLoop) toMessage(r *kgo.Record, pm *partMeta) *service.Message {
 	msg.MetaSetMut(metaPartition, pm.partition)
 	msg.MetaSetMut(metaOffset, r.Offset)
 	msg.MetaSetMut(metaTimestamp, r.Timestamp.UnixMilli())
+	msg.MetaSetMut(metaTimestampUnix, r.Timestamp.Unix())
 	msg.MetaSetMut(metaTombstone, tomb)
 	if tomb && f.cfg.tombstones == tombstonesFail {
 		msg.SetError(fmt.Errorf("tombstone (null value) at %s:%d offset %d", r.Topic, r.Partition, r.Offset))

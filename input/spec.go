@@ -168,11 +168,12 @@ This input adds the following metadata fields to each message:
 - kafka_partition
 - kafka_offset
 - kafka_timestamp_ms
+- kafka_timestamp_unix (the same timestamp in seconds)
 - kafka_tombstone_message
 - All record headers
 `+"```"+`
 
-The six keys above always hold the input's own values. Record headers are set under their own names, except a header named like one of those six, which is kept as `+"`kafka_header_<name>`"+` (a header `+"`kafka_offset`"+` is read as `+"`kafka_header_kafka_offset`"+`): whoever can write to the topic cannot change the offset, partition, topic, key, timestamp or tombstone flag a pipeline sees (a dedupe keyed on `+"`kafka_offset`"+`, a copy partitioned by `+"`kafka_partition`"+`). A header name that appears several times in one record keeps every value: its metadata value is then a list of the values in record order (`+"`@name`"+` reads the list; a name that appears once is a string). A null key reads the same as an empty one (`+"`kafka_key`"+` is empty). A tombstone (a record with a null value) is emitted with an empty body and `+"`kafka_tombstone_message: true`"+`, unlike a record with an empty value (`+"`false`"+`).
+The seven keys above always hold the input's own values. Record headers are set under their own names, except a header named like one of those seven, which is kept as `+"`kafka_header_<name>`"+` (a header `+"`kafka_offset`"+` is read as `+"`kafka_header_kafka_offset`"+`): whoever can write to the topic cannot change the offset, partition, topic, key, timestamp or tombstone flag a pipeline sees (a dedupe keyed on `+"`kafka_offset`"+`, a copy partitioned by `+"`kafka_partition`"+`). A header name that appears several times in one record keeps every value: its metadata value is then a list of the values in record order (`+"`@name`"+` reads the list; a name that appears once is a string). A null key reads the same as an empty one (`+"`kafka_key`"+` is empty). A tombstone (a record with a null value) is emitted with an empty body and `+"`kafka_tombstone_message: true`"+`, unlike a record with an empty value (`+"`false`"+`).
 
 ### Arrow format
 
