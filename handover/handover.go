@@ -182,3 +182,21 @@ func Lookup(res *service.Resources, group string) (CommitTakeover, bool) {
 	t, ok := v.(CommitTakeover)
 	return t, ok
 }
+
+type arrowKey struct{}
+
+// MarkArrow returns m marked as an Arrow IPC stream of Kafka records written
+// by a kafka_native input (format: arrow) of this process. The mark travels
+// in the message's context, like the span: record content cannot set it, so
+// a kafka_eos output with input_format auto unpacks a body into records only
+// when its input made it, never because a producer of the input topic wrote a
+// value that looks like one.
+func MarkArrow(m *service.Message) *service.Message {
+	return m.WithContext(context.WithValue(m.Context(), arrowKey{}, true))
+}
+
+// IsArrow reports whether m carries the mark of MarkArrow.
+func IsArrow(m *service.Message) bool {
+	v, _ := m.Context().Value(arrowKey{}).(bool)
+	return v
+}

@@ -59,3 +59,13 @@ func TestSpanTravelsInContext(t *testing.T) {
 	_, ok := SpanOf(service.NewMessage(nil))
 	assert.False(t, ok)
 }
+
+// TestArrowMark: only MarkArrow marks a message; copies keep the mark.
+func TestArrowMark(t *testing.T) {
+	m := service.NewMessage([]byte("\xff\xff\xff\xff looks like Arrow"))
+	assert.False(t, IsArrow(m))
+	m = MarkArrow(m)
+	assert.True(t, IsArrow(m))
+	assert.True(t, IsArrow(m.Copy()))
+	assert.False(t, IsArrow(service.NewMessage([]byte("x"))))
+}

@@ -378,7 +378,9 @@ func (f *fetchLoop) toArrowMessage(p tp, rows []*kgo.Record) (*service.Message, 
 	msg.MetaSetMut(metaFirstOffset, rows[0].Offset)
 	msg.MetaSetMut(metaLastOffset, rows[len(rows)-1].Offset)
 	msg.MetaSetMut(metaRecordCount, int64(len(rows)))
-	return msg, nil
+	// The mark (not the body) tells kafka_eos's input_format auto that
+	// the body is Arrow: a record's value never can.
+	return handover.MarkArrow(msg), nil
 }
 
 // recordOverhead is what the input counts, besides its key and value, for a

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
+	"github.com/connect-eos/connect-eos/handover"
 )
 
 // edgeRows are records with every distinction Benthos metadata loses: null
@@ -47,11 +48,47 @@ func edgeRows(topic string, partition int32, n int) []*kgo.Record {
 
 func arrowMessage(t testing.TB, recs []*kgo.Record) *service.Message {
 	t.Helper()
+	return handover.MarkArrow(arrowValue(t, recs))
+}
+
+// arrowValue is a message whose body is the Arrow IPC stream of recs, as
+// anyone who can produce to an input topic can write it, without the mark of
+// a kafka_native input.
+func arrowValue(t testing.TB, recs []*kgo.Record) *service.Message {
+	t.Helper()
 	b, err := kafkaarrow.NewEncoder().AppendIPC(nil, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return service.NewMessage(b)
+}
+
+// A value shaped as an Arrow IPC stream of Kafka records that no kafka_native
+// input of the stream wrote (a producer of the input topic did) is one record
+// with exactly that value under input_format auto, the default: its rows,
+// with the keys, headers and partitions its producer chose, are never
+// written. On the original code auto sniffed the body and wrote the rows.
+// (Under input_format arrow, the operator's choice, such a body is unpacked:
+// TestArrowBadMessagesFailAlone and the copy tests.)
+func TestArrowLookingValueIsBytes(t *testing.T) {
+	c := newCluster(t)
+	rows := []*kgo.Record{
+		{Key: []byte("forged-key"), Value: []byte("forged-0"), Partition: 2, Headers: []kgo.RecordHeader{{Key: "forged", Value: []byte("h")}}},
+		{Key: []byte("forged-key"), Value: []byte("forged-1"), Partition: 2},
+	}
+	hostile := arrowValue(t, rows)
+	body, _ := hostile.AsBytes()
+	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "arrowlike", "partitioner: manual\npartition: '0'\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hostile.MetaSetMut("key", "k")
+	if err := o.WriteBatch(ctx, service.MessageBatch{hostile}); err != nil {
+		t.Fatal(err)
+	}
+	got := readCommittedRecords(t, c.ListenAddrs(), testTopic, 2500*time.Millisecond, 30*time.Second)
+	if len(got) != 1 || !bytes.Equal(got[0].Value, body) || string(got[0].Key) != "k" || got[0].Partition != 0 || len(got[0].Headers) != 0 {
+		t.Fatalf("%d records (first %+v), want one record holding the body as its value, key k, partition 0", len(got), got)
+	}
 }
 
 // sameRecord compares what a copy must keep: key, value (null apart from
@@ -135,8 +172,9 @@ func TestArrowBadMessagesFailAlone(t *testing.T) {
 		bad    *service.Message
 		want   string
 	}{
-		// Declares the Kafka schema, then damaged: an error, not a value.
-		{"auto", service.NewMessage(body[:len(body)-24]), "corrupt"},
+		// Written by kafka_native (marked), then damaged: an error, not
+		// a value.
+		{"auto", handover.MarkArrow(service.NewMessage(body[:len(body)-24])), "corrupt"},
 		{"arrow", service.NewMessage(body[:len(body)-24]), "corrupt"},
 		{"arrow", service.NewMessage([]byte(`{"not":"arrow"}`)), "continuation token"},
 		{"arrow", service.NewMessage(nil), "truncated"},
@@ -151,14 +189,15 @@ transactional_id: arrow-bad-%s
 input_format: %s
 state_cache: state
 `, strings.Join(brokers, ","), testTopic, tc.want, tc.format))
-			before := len(readCommitted(t, brokers, testTopic))
-			err := o.WriteBatch(context.Background(), service.MessageBatch{good, tc.bad})
+			before := counts(t, brokers)
+			batch := service.MessageBatch{good, tc.bad}
+			err := o.WriteBatch(context.Background(), batch)
 			var be *service.BatchError
-			if !errors.As(err, &be) || be.IndexedErrors() != 1 || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Arrow IPC message") {
+			if !errors.As(err, &be) || be.IndexedErrors() != 1 || !errors.Is(err, ErrCannotWrite) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Arrow IPC message") {
 				t.Fatalf("%v, want a BatchError for message 1 naming the Arrow message (%s)", err, tc.want)
 			}
-			if !strings.Contains(err.Error(), "message 1 of the batch (kafka_topic=src kafka_first_offset=42)") {
-				t.Fatalf("%v: the message is not named", err)
+			if !strings.Contains(err.Error(), "topic src offsets 42..") || !strings.Contains(err.Error(), "field input_format") {
+				t.Fatalf("%v: the message's source or the field is not named", err)
 			}
 			failed := -1
 			be.WalkMessages(func(i int, _ *service.Message, err error) bool {
@@ -170,8 +209,12 @@ state_cache: state
 			if failed != 1 {
 				t.Fatalf("message %d blamed, want 1", failed)
 			}
-			if n := len(readCommitted(t, brokers, testTopic)); n != before {
-				t.Fatalf("%d records written for a batch that failed", n-before)
+			// Message 0 is acknowledged: its rows are written, once.
+			after := counts(t, brokers)
+			for _, r := range edgeRows("src", 0, 3) {
+				if after[string(r.Value)]-before[string(r.Value)] != 1 {
+					t.Fatalf("row %s of the good message visible %d more times, want 1 (its message is acknowledged)", r.Value, after[string(r.Value)]-before[string(r.Value)])
+				}
 			}
 		})
 	}
@@ -194,8 +237,17 @@ max_message_bytes: 1024
 	err := o.WriteBatch(context.Background(), batch)
 	var be *service.BatchError
 	var re *RecordError
-	if !errors.As(err, &be) || be.IndexedErrors() != 1 || !errors.As(err, &re) || !strings.Contains(err.Error(), "Arrow row 1") {
+	if !errors.As(err, &be) || be.IndexedErrors() != 1 || !errors.As(err, &re) || !errors.Is(err, ErrCannotWrite) || !strings.Contains(err.Error(), "Arrow row 1") {
 		t.Fatalf("%v, want a BatchError naming Arrow row 1", err)
+	}
+	if bl := blamed(batch, err); bl[0] != nil || bl[1] == nil {
+		t.Fatalf("blamed %v, want the Arrow message alone", bl)
+	}
+	// The plain message is acknowledged: written once; no row of the Arrow
+	// message is (it is not written in part).
+	got := counts(t, c.ListenAddrs())
+	if got["plain"] != 1 || got["ok"] != 0 {
+		t.Fatalf("visible %v, want the plain message once and no Arrow row", got)
 	}
 }
 

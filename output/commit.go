@@ -9,7 +9,6 @@ import (
 	"github.com/Jeffail/shutdown"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/connect-eos/connect-eos/handover"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -150,40 +149,26 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		return
 	}
 
-	// Step 2 (Kafka-to-Kafka): the source offsets this epoch may commit
-	// go into its transaction.
 	o.mu.Lock()
 	records := ep.records
 	o.mu.Unlock()
-	var spans []handover.Span
-	var offs []plannedOffset
-	if o.k2k != nil {
-		spans = ep.spans()
-		var err error
-		if offs, err = o.k2k.plan(spans, o.log); err != nil {
-			if errors.Is(err, errRejoining) {
-				o.m.k2kRebalanceEvent(k2kRejoiningEpoch)
-			} else {
-				o.m.k2kRebalanceEvent(k2kRevokedEpoch)
-			}
-			o.abortEpoch(ctx, ep, err, false)
-			return
-		}
-		if len(offs) > 0 {
-			if records == 0 {
-				// franz-go does not know of this transaction: its
-				// TryAbort would send nothing. Should the epoch
-				// abort, the slot's re-initialisation
-				// (InitProducerID) aborts it on the broker.
-				ep.slot.broken = true
-			}
-			if err := o.sendOffsets(dctx, ep, offs); err != nil {
-				o.abortEpoch(ctx, ep, fmt.Errorf("source offsets: %w", err), false)
-				return
-			}
-		}
+	rec := txnstate.Record{
+		Format:          txnstate.FormatVersion,
+		TransactionalID: ep.slot.id,
+		Epoch:           ep.n,
+		ProducerID:      pid,
+		ProducerEpoch:   pepoch,
+		TxnVersion:      ep.slot.tv,
+		State:           txnstate.Prepared,
+		Partitions:      ep.partitions(),
 	}
-	if records == 0 && len(offs) == 0 {
+	// Step 2: what the mode commits besides the records (Kafka-to-Kafka:
+	// the source offsets, into the transaction; dedupe: the positions).
+	if err := o.mode.prepare(dctx, ep, &rec); err != nil {
+		o.abortEpoch(ctx, ep, err, false)
+		return
+	}
+	if records == 0 && len(rec.SourceOffsets) == 0 {
 		// Nothing to commit (an epoch opened for offsets that an
 		// earlier epoch carried): an empty transaction is never
 		// committed. franz-go began nothing on the broker.
@@ -197,25 +182,6 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	}
 	if o.hook(stepProduced, ep) {
 		return
-	}
-	rec := txnstate.Record{
-		Format:          txnstate.FormatVersion,
-		TransactionalID: ep.slot.id,
-		Epoch:           ep.n,
-		ProducerID:      pid,
-		ProducerEpoch:   pepoch,
-		TxnVersion:      ep.slot.tv,
-		State:           txnstate.Prepared,
-		Partitions:      ep.partitions(),
-	}
-	if len(offs) > 0 {
-		rec.Group = o.k2k.group
-		rec.SourceOffsets = sourceOffsets(offs)
-	}
-	if o.dd != nil {
-		o.mu.Lock()
-		rec.Positions = txnstate.EpochPositions(ep.keyPos())
-		o.mu.Unlock()
 	}
 	pctx, pcancel := context.WithTimeout(dctx, o.conf.commitBudget)
 	err = o.store.writeSlot(pctx, ep.slot.n, rec)
@@ -273,15 +239,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	}
 	ep.advance(txnstate.PhaseCommitted)
 	o.unknownTopic.reset()
-	if o.k2k != nil {
-		o.k2k.commitDone(spans, offs)
-	}
-	if o.dd != nil {
-		o.mu.Lock()
-		o.dd.Commit(rec.Positions)
-		o.mu.Unlock()
-		o.log.Debugf("kafka_eos: dedupe: epoch %d committed positions %v", ep.n, rec.Positions)
-	}
+	o.mode.committed(ep, rec)
 	if o.hook(stepEnded, ep) {
 		return
 	}
@@ -305,7 +263,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 			return
 		}
 	}
-	if o.dd != nil && len(rec.Positions) > 0 && !o.savePositions(ctx) {
+	if !o.mode.settled(ctx, rec) {
 		return
 	}
 	o.m.buffered.Set(o.bufferedBytes())
@@ -530,12 +488,7 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	o.m.epochAborted()
 	o.log.Warnf("kafka_eos: epoch %d aborted, its %d batches nacked: %v", ep.n, len(ep.batches), cause)
 	o.mu.Lock()
-	if o.dd != nil {
-		// The replay comes after the nack: the owed positions expire
-		// counted from now, not from poisonAfter (the ABORTED write
-		// above may have waited minutes for the cache).
-		o.dd.Renew(ep.keyPos(), time.Now())
-	}
+	o.mode.nacked(ep)
 	o.finishLocked(ep, &EpochError{Epoch: ep.n, Cause: cause})
 	o.mu.Unlock()
 	o.rewarm(ctx, s)

@@ -170,7 +170,8 @@ func TestAuthFailureFatal(t *testing.T) {
 }
 
 // A record larger than max_message_bytes fails alone with its topic and
-// size, before anything is produced.
+// size, before anything is produced; its batch-mate is written (it is
+// acknowledged).
 func TestRecordTooLarge(t *testing.T) {
 	c := newCluster(t)
 	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", "max_message_bytes: 600\n"))
@@ -178,13 +179,17 @@ func TestRecordTooLarge(t *testing.T) {
 	b[1].SetBytes(make([]byte, 1000))
 	err := o.WriteBatch(context.Background(), b)
 	var re *RecordError
-	if !errors.As(err, &re) || re.Topic != testTopic || re.Size < 1000 {
+	if !errors.As(err, &re) || re.Topic != testTopic || re.Size < 1000 || !errors.Is(err, ErrCannotWrite) {
 		t.Fatalf("%v, want a RecordError naming the topic and size", err)
 	}
 	var be *service.BatchError
 	if !errors.As(err, &be) || be.IndexedErrors() != 1 {
 		t.Fatalf("%v, want message 1 alone blamed", err)
 	}
+	if bl := blamed(b, err); bl[0] != nil || bl[1] == nil {
+		t.Fatalf("blamed %v, want message 1 alone", bl)
+	}
+	ackedMustBeVisible(t, b, err, counts(t, c.ListenAddrs()))
 }
 
 // max_buffered_bytes is the output's budget, shared by its slots: each slot

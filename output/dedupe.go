@@ -58,59 +58,169 @@ func (s *stateStore) writePositions(ctx context.Context, pos map[string]int64) e
 	return s.set(ctx, s.positionsKey(), b)
 }
 
-// dedupeKeys computes every message's key and position. A message whose key
-// cannot be computed or whose position is not an integer fails with an error
-// naming the message and the value; the other messages of the batch fail too
-// (a BatchError acknowledges the messages it does not name, and these were
-// not written).
-func (o *output) dedupeKeys(batch service.MessageBatch) ([]txnstate.KeyPos, error) {
-	d := o.conf.dedupe
-	keyX := batch.InterpolationExecutor(d.key)
-	posX := batch.InterpolationExecutor(d.position)
-	kps := make([]txnstate.KeyPos, len(batch))
-	bad := map[int]error{}
-	for i := range batch {
+// dedupeMode is the dedupe mode's side of the write path (see mode): a
+// message at or below its key's committed or admitted position is a replay,
+// acknowledged and dropped; an aborted epoch's positions roll back to the
+// committed ones and are owed until replayed; the epoch's positions commit
+// in its PREPARE record. Its decisions are txnstate.DedupeState (o.dd,
+// guarded by o.mu).
+type dedupeMode struct{ o *output }
+
+func (m *dedupeMode) connect(ctx context.Context) error { return m.o.loadPositions(ctx) }
+
+// read computes every message's key and position (into w.pos). A message
+// whose key cannot be computed or whose position is not an integer cannot be
+// written; as its key is unknown, the rest of its batch is held back too. A
+// message that cannot be written otherwise holds back the later messages of
+// its key (writing them would commit the key's position past it).
+func (m *dedupeMode) read(w *write) {
+	d := m.o.conf.dedupe
+	keyX := w.batch.InterpolationExecutor(d.key)
+	posX := w.batch.InterpolationExecutor(d.position)
+	w.pos = make([]txnstate.KeyPos, len(w.batch))
+	bad := -1
+	for i := range w.batch {
 		k, err := keyX.TryString(i)
 		if err != nil {
-			bad[i] = fmt.Errorf("field %s.%s: message %d: %w", keoFieldDedupe, keoFieldDedupeKey, i, err)
+			w.fail(i, &MessageError{Source: msgSource(w.batch, i), Field: keoFieldDedupe + "." + keoFieldDedupeKey, Err: err})
+			bad = i
 			continue
 		}
 		ps, err := posX.TryString(i)
 		if err != nil {
-			bad[i] = fmt.Errorf("field %s.%s: message %d: %w", keoFieldDedupe, keoFieldDedupePosition, i, err)
+			w.fail(i, &MessageError{Source: msgSource(w.batch, i), Field: keoFieldDedupe + "." + keoFieldDedupePosition, Err: fmt.Errorf("key %q: %w", k, err)})
+			bad = i
 			continue
 		}
 		p, err := strconv.ParseInt(strings.TrimSpace(ps), 10, 64)
 		if err != nil {
-			bad[i] = fmt.Errorf("field %s.%s: message %d (key %q): position %q is not an integer", keoFieldDedupe, keoFieldDedupePosition, i, k, ps)
+			w.fail(i, &MessageError{Source: msgSource(w.batch, i), Field: keoFieldDedupe + "." + keoFieldDedupePosition, Err: fmt.Errorf("key %q: position %q is not an integer", k, ps)})
+			bad = i
 			continue
 		}
-		kps[i] = txnstate.KeyPos{Key: k, Position: p}
+		w.pos[i] = txnstate.KeyPos{Key: k, Position: p}
 	}
-	if len(bad) == 0 {
-		return kps, nil
-	}
-	var first error
-	for i := range batch {
-		if e, ok := bad[i]; ok {
-			first = e
-			break
+	cut := map[string]int64{}
+	if bad < 0 {
+		for i := range w.batch {
+			if !w.unwritten(i) {
+				continue
+			}
+			kp := w.pos[i]
+			if c, ok := cut[kp.Key]; !ok || kp.Position < c {
+				cut[kp.Key] = kp.Position
+			}
 		}
 	}
-	berr := service.NewBatchError(batch, first)
-	for i := range batch {
-		if e, ok := bad[i]; ok {
-			berr = berr.Failed(i, e)
-		} else {
-			berr = berr.Failed(i, fmt.Errorf("not written: another message of its batch failed: %w", first))
+	held := false
+	for i := range w.batch {
+		if w.unwritten(i) {
+			continue
+		}
+		if bad >= 0 {
+			w.fail(i, fmt.Errorf("%w (%s; %s has no dedupe key or position)", errHeldBack, msgSource(w.batch, i), msgSource(w.batch, bad)))
+			held = true
+		} else if c, ok := cut[w.pos[i].Key]; ok && w.pos[i].Position >= c {
+			w.fail(i, fmt.Errorf("%w (%s; key %q is cut at position %d)", errHeldBack, msgSource(w.batch, i), w.pos[i].Key, c))
+			held = true
 		}
 	}
-	return nil, berr
+	if held {
+		w.dropRecords(nil)
+	}
 }
 
-// dedupePlanLocked decides which messages of a batch are replays. All
-// dropped: nothing to write.
-func (o *output) dedupePlanLocked(kps []txnstate.KeyPos) ([]bool, error) {
+// toWrite returns the indexes and the keys and positions of the messages of
+// w still to write.
+func (m *dedupeMode) toWrite(w *write) ([]int, []txnstate.KeyPos) {
+	var idx []int
+	var kps []txnstate.KeyPos
+	for i := range w.batch {
+		if !w.unwritten(i) {
+			idx = append(idx, i)
+			kps = append(kps, w.pos[i])
+		}
+	}
+	return idx, kps
+}
+
+// skip acknowledges a batch of replays only without opening an epoch; the
+// decision is made again in admit, once joined (the positions may move while
+// joinLocked waits for a slot).
+func (m *dedupeMode) skip(w *write) (bool, error) {
+	o := m.o
+	if o.dd == nil {
+		return false, service.ErrNotConnected
+	}
+	_, kps := m.toWrite(w)
+	drop, err := m.plan(kps)
+	if err != nil {
+		return false, err
+	}
+	for _, d := range drop {
+		if !d {
+			return false, nil
+		}
+	}
+	o.m.dedupeDropped(len(drop))
+	o.log.Debugf("kafka_eos: dedupe: a batch of %d replays dropped (key %q positions %d..%d)", len(drop), kps[0].Key, kps[0].Position, kps[len(kps)-1].Position)
+	return true, nil
+}
+
+// admit drops the replays of the batch and admits its other positions into
+// the epoch; the positions of messages held back are owed until replayed.
+func (m *dedupeMode) admit(_ context.Context, w *write, ep *epoch) (*epoch, error) {
+	o := m.o
+	idx, kps := m.toWrite(w)
+	drop, err := m.plan(kps)
+	if err != nil {
+		return nil, err
+	}
+	o.dd.Admit(kps, drop)
+	dropped := map[int]bool{}
+	for j, d := range drop {
+		if d {
+			dropped[idx[j]] = true
+		} else {
+			w.keep = append(w.keep, kps[j])
+		}
+	}
+	if len(dropped) > 0 {
+		w.dropRecords(func(i int) bool { return dropped[i] })
+		o.m.dedupeDropped(len(dropped))
+		o.log.Debugf("kafka_eos: dedupe: %d of %d messages dropped as replays, epoch %d", len(dropped), len(drop), ep.n)
+	}
+	if n := len(w.keep); n > 0 {
+		o.log.Debugf("kafka_eos: dedupe: epoch %d takes key %q positions %d..%d (%d messages)", ep.n, w.keep[0].Key, w.keep[0].Position, w.keep[n-1].Position, n)
+	}
+	if owed := m.replayed(w, false); len(owed) > 0 {
+		o.dd.Owe(owed, time.Now())
+	}
+	return ep, nil
+}
+
+// replayed returns the keys and positions of the messages of w that the
+// input will replay, not written now: held back ones, and with all every
+// other one too; not the ones that can never be written (a
+// dead-letter output may take them: owing them would hold their key until
+// OwedExpiry).
+func (m *dedupeMode) replayed(w *write, all bool) []txnstate.KeyPos {
+	var out []txnstate.KeyPos
+	for i := range w.batch {
+		e, failed := w.failed[i]
+		var me *MessageError
+		switch {
+		case failed && errors.As(e, &me):
+		case failed, all:
+			out = append(out, w.pos[i])
+		}
+	}
+	return out
+}
+
+// plan decides which messages of kps are replays.
+func (m *dedupeMode) plan(kps []txnstate.KeyPos) ([]bool, error) {
+	o := m.o
 	drop, err := o.dd.Plan(kps, time.Now())
 	if err != nil {
 		if errors.Is(err, txnstate.ErrAwaitingReplay) {
@@ -122,17 +232,75 @@ func (o *output) dedupePlanLocked(kps []txnstate.KeyPos) ([]bool, error) {
 	return drop, nil
 }
 
-// oweLocked makes the positions of a dedupe batch nacked before it joined an
-// epoch (err) owed until its replay (txnstate.DedupeState.Owe): Benthos may
-// hand the output batches it read ahead before that replay, and one of them,
-// admitted and committed, would make the replay look like a duplicate. Not for
+// refused makes the positions of a batch nacked before it joined an epoch
+// owed until its replay (txnstate.DedupeState.Owe): Benthos may hand the
+// output batches it read ahead before that replay, and one of them, admitted
+// and committed, would make the replay look like a duplicate. Not for
 // ErrTooManyKeys: that batch cannot join until keys are freed, and owing it
 // would hold its key's later batches too.
-func (o *output) oweLocked(kps []txnstate.KeyPos, err error) {
+func (m *dedupeMode) refused(w *write, err error) {
+	o := m.o
 	if o.dd == nil || errors.Is(err, txnstate.ErrTooManyKeys) {
 		return
 	}
-	o.dd.Owe(kps, time.Now())
+	o.dd.Owe(m.replayed(w, true), time.Now())
+}
+
+// prepare puts the epoch's positions (per key, the highest written) into its
+// PREPARE record: they commit or not with its transaction.
+func (m *dedupeMode) prepare(_ context.Context, ep *epoch, rec *txnstate.Record) error {
+	m.o.mu.Lock()
+	rec.Positions = txnstate.EpochPositions(ep.keyPos())
+	m.o.mu.Unlock()
+	return nil
+}
+
+func (m *dedupeMode) committed(ep *epoch, rec txnstate.Record) {
+	o := m.o
+	o.mu.Lock()
+	o.dd.Commit(rec.Positions)
+	o.mu.Unlock()
+	o.log.Debugf("kafka_eos: dedupe: epoch %d committed positions %v", ep.n, rec.Positions)
+}
+
+// settled writes the committed positions before the slot carries another
+// epoch (whose PREPARE overwrites this one's record).
+func (m *dedupeMode) settled(ctx context.Context, rec txnstate.Record) bool {
+	return len(rec.Positions) == 0 || m.o.savePositions(ctx)
+}
+
+// aborting: every live epoch from n on aborts: their positions fall back to
+// the committed ones and are owed until replayed.
+func (m *dedupeMode) aborting(n uint64, live []*epoch) {
+	o := m.o
+	var kps []txnstate.KeyPos
+	for _, ep := range live {
+		if ep.n >= n {
+			kps = append(kps, ep.keyPos()...)
+		}
+	}
+	o.dd.Abort(kps, time.Now())
+	o.log.Debugf("kafka_eos: dedupe: epochs from %d abort: %d positions owed until replayed, admitted positions back to the committed ones", n, o.dd.Owed())
+}
+
+// nacked: the replay comes after the nack, so the owed positions expire
+// counted from now, not from aborting (the ABORTED write before the nack may
+// have waited minutes for the cache).
+func (m *dedupeMode) nacked(ep *epoch) { m.o.dd.Renew(ep.keyPos(), time.Now()) }
+
+// stopped: the epochs released never commit; their positions go back to the
+// committed ones (an epoch past its EndTxn keeps them until the committer
+// knows).
+func (m *dedupeMode) stopped(released []*epoch) {
+	o := m.o
+	if o.dd == nil {
+		return
+	}
+	var kps []txnstate.KeyPos
+	for _, ep := range released {
+		kps = append(kps, ep.keyPos()...)
+	}
+	o.dd.Abort(kps, time.Now())
 }
 
 // epochKeyPos returns the kept messages' keys and positions of an epoch.

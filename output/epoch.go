@@ -3,6 +3,7 @@ package output
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,22 +20,15 @@ type batchRef struct {
 	batch service.MessageBatch
 	recs  []*kgo.Record
 	// msgOf[i] is the message of recs[i] (an Arrow message gives several
-	// records); nil when recs[i] is message i.
+	// records, a message not written none).
 	msgOf []int
-	errs  map[int]error // guarded by epoch.mu: per-message produce failures
+	mu    sync.Mutex
+	errs  map[int]error // guarded by mu: messages whose record was refused for good
 	// spans are the source ranges of the batch (Kafka-to-Kafka mode).
 	spans []handover.Span
 	// kps are the keys and positions of the messages written (dedupe
 	// mode; replays dropped).
 	kps []txnstate.KeyPos
-}
-
-// msg returns the message index of record i.
-func (b *batchRef) msg(i int) int {
-	if b.msgOf == nil {
-		return i
-	}
-	return b.msgOf[i]
 }
 
 type topicPartition struct {
@@ -77,7 +71,10 @@ type epoch struct {
 	failed   bool
 	firstErr error
 
-	phase  txnstate.Phase // committer only
+	phase txnstate.Phase // committer only
+	// offs are the source offsets the epoch commits (Kafka-to-Kafka;
+	// committer only).
+	offs   []plannedOffset
 	done   chan struct{}
 	result error // set before done is closed
 	// held is set for an in-doubt epoch: its batches are never nacked nor
@@ -104,39 +101,64 @@ func (ep *epoch) advance(to txnstate.Phase) {
 	ep.phase = next
 }
 
-// promise returns the produce promise of a record of message i of ref. It records the
-// first offset and producer id per partition (the recovery identity) or the
-// failure, naming the topic, partition and size.
+// promise returns the produce promise of a record of message i of ref. It
+// records the first offset and producer id per partition (the recovery
+// identity) or the failure, naming the topic, partition and size. A record
+// refused for good (too large for the topic, invalid for it, a partition the
+// topic does not have) is blamed on its message as a *MessageError; any
+// failure aborts the epoch.
 func (ep *epoch) promise(ref *batchRef, i int) func(*kgo.Record, error) {
 	return func(r *kgo.Record, err error) {
-		ep.mu.Lock()
-		defer ep.mu.Unlock()
 		if err != nil {
 			rerr := &RecordError{Topic: r.Topic, Partition: r.Partition, Size: recordSize(r), Err: err}
-			if !errors.Is(err, kerr.MessageTooLarge) && !errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, kerr.InvalidRecord) && !errors.Is(err, kerr.RecordListTooLarge) {
-				// Not this message's fault: the epoch fails, but the
-				// message is not blamed on its own. The topic is named
-				// all the same: TOPIC_AUTHORIZATION_FAILED alone does
-				// not say which WRITE ACL is missing.
-				if !ep.failed {
-					ep.failed, ep.firstErr = true, fmt.Errorf("producing to topic %q: %w", r.Topic, err)
+			cause := fmt.Errorf("producing to topic %q: %w", r.Topic, err)
+			if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.RecordListTooLarge) {
+				cause = rerr // the record's size and where it went
+			}
+			if field, ok := refusedForGood(err); ok {
+				source := msgSource(ref.batch, i)
+				ref.mu.Lock()
+				if ref.errs == nil {
+					ref.errs = make(map[int]error)
 				}
-				return
+				ref.errs[i] = &MessageError{Source: source, Field: field, Err: rerr}
+				ref.mu.Unlock()
+				cause = fmt.Errorf("the record of %s was refused: %w", source, rerr)
 			}
-			if ref.errs == nil {
-				ref.errs = make(map[int]error)
-			}
-			ref.errs[i] = rerr
+			// Otherwise not this message's fault: the epoch fails, but
+			// the message is not blamed on its own. The topic is named
+			// all the same: TOPIC_AUTHORIZATION_FAILED alone does not
+			// say which WRITE ACL is missing.
+			ep.mu.Lock()
 			if !ep.failed {
-				ep.failed, ep.firstErr = true, rerr
+				ep.failed, ep.firstErr = true, cause
 			}
+			ep.mu.Unlock()
 			return
 		}
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
 		tp := topicPartition{r.Topic, r.Partition}
 		if w, ok := ep.parts[tp]; !ok || r.Offset < w.FirstOffset {
 			ep.parts[tp] = txnstate.PartitionWrite{Topic: r.Topic, Partition: r.Partition, FirstOffset: r.Offset, ProducerID: r.ProducerID}
 		}
 	}
+}
+
+// refusedForGood says whether a produce error is the record's own and final
+// (its replay would fail the same way), and which field decides it.
+func refusedForGood(err error) (string, bool) {
+	switch {
+	case errors.Is(err, kerr.MessageTooLarge):
+		return keoFieldMaxMessageBytes, true
+	case errors.Is(err, kerr.InvalidRecord):
+		return "value", true
+	case strings.Contains(err.Error(), "invalid record partitioning choice"):
+		// franz-go fails a record whose partition the topic does not
+		// have before it is buffered (no sentinel error).
+		return keoFieldPartition, true
+	}
+	return "", false
 }
 
 func recordSize(r *kgo.Record) int {
@@ -175,35 +197,4 @@ func (ep *epoch) failure() error {
 		return ep.firstErr
 	}
 	return nil
-}
-
-// errFor is what WriteBatch returns for ref once the epoch aborted with
-// cause. A batch holding the faulty message gets a BatchError blaming that
-// message with its own error and every other message with the epoch's abort
-// (none of them may be acked: the transaction is gone); other batches get the
-// epoch error.
-func (ep *epoch) errFor(ref *batchRef, cause error) error {
-	eerr := &EpochError{Epoch: ep.n, Cause: cause}
-	ep.mu.Lock()
-	errs := ref.errs
-	ep.mu.Unlock()
-	if len(errs) == 0 {
-		return eerr
-	}
-	var headline error
-	for i := range ref.batch {
-		if e, ok := errs[i]; ok {
-			headline = e
-			break
-		}
-	}
-	berr := service.NewBatchError(ref.batch, fmt.Errorf("%w: %w", eerr, headline))
-	for i := range ref.batch {
-		if e, ok := errs[i]; ok {
-			berr = berr.Failed(i, e)
-		} else {
-			berr = berr.Failed(i, eerr)
-		}
-	}
-	return berr
 }

@@ -1,6 +1,7 @@
 package output
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -357,23 +358,33 @@ func (k *k2k) resetAdmitted() {
 
 // admissible reports whether every span starts at or below where its
 // partition's contiguous run can reach (committed, handed over, or admitted
-// into a live epoch), and admits them if so. A partition with nothing known
-// admits anything (see plan).
+// into a live epoch, or reached by the batch's own earlier spans: output
+// batching puts consecutive input batches of a partition in one batch), and
+// admits them if so. A partition with nothing known admits anything (see
+// plan).
 func (k *k2k) admissible(spans []handover.Span, force bool) (bool, <-chan struct{}) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if !force {
-		for _, s := range spans {
+		sorted := slices.Clone(spans)
+		slices.SortFunc(sorted, func(a, b handover.Span) int { return cmp.Compare(a.From, b.From) })
+		reach := map[topicPartition]int64{}
+		for _, s := range sorted {
 			tp := topicPartition{s.Topic, s.Partition}
-			c, known := k.committed[tp]
-			f, fok := k.floor[tp]
-			b, bok := k.base[tp]
-			if !known && !fok && !bok {
-				continue
+			r, ok := reach[tp]
+			if !ok {
+				c, known := k.committed[tp]
+				f, fok := k.floor[tp]
+				b, bok := k.base[tp]
+				if !known && !fok && !bok {
+					continue
+				}
+				r = max(c, f, b, k.admitted[tp])
 			}
-			if s.From > max(c, f, b, k.admitted[tp]) {
+			if s.From > r {
 				return false, k.changed
 			}
+			reach[tp] = max(r, s.To)
 		}
 	}
 	for _, s := range spans {
@@ -449,6 +460,7 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 			return ep, nil
 		}
 		if deadline == nil {
+
 			wait := admitWait
 			if o.conf.maxInFlight > 1 && o.admitWaiting+1 >= o.conf.maxInFlight {
 				// Every other WriteBatch Benthos may run at once
@@ -734,21 +746,111 @@ func (o *output) ensureEpoch(ctx context.Context) error {
 	return nil
 }
 
-// spansOf returns the distinct spans of a batch's messages.
-func spansOf(batch service.MessageBatch) []handover.Span {
-	var out []handover.Span
-	for _, m := range batch {
-		s, ok := handover.SpanOf(m)
+// k2kMode is the Kafka-to-Kafka mode's side of the write path (see mode):
+// every batch carries the spans of its source ranges (handover.SpanOf); a
+// batch joins an epoch only once its predecessor in each partition did
+// (admitLocked), so that an epoch never commits records past the offsets it
+// commits, and each epoch commits, inside its transaction, the offsets its
+// spans and what the input handed over let it commit (k2k.plan).
+type k2kMode struct {
+	o *output
+	k *k2k
+}
+
+func (m *k2kMode) connect(ctx context.Context) error { return m.o.loadCommitted(ctx) }
+
+// read takes the spans of the batch's messages, of every message: a message
+// that cannot be written does not hold its partition back. Its offset is
+// committed with its batch-mates (holding them back instead would send them
+// to a dead-letter output with it, since Benthos reports errors per input
+// batch under output batching); the message itself is never acknowledged,
+// so that a dead-letter output takes it (see ErrCannotWrite).
+func (m *k2kMode) read(w *write) {
+	for _, msg := range w.batch {
+		s, ok := handover.SpanOf(msg)
 		if !ok {
 			continue
 		}
-		if n := len(out); n > 0 && out[n-1] == s {
+		if n := len(w.spans); n > 0 && w.spans[n-1] == s {
 			continue
 		}
-		out = append(out, s)
+		w.spans = append(w.spans, s)
 	}
-	return out
 }
+
+func (m *k2kMode) skip(*write) (bool, error) { return false, nil }
+
+// admit drops a batch read under an assignment this member no longer holds
+// (dropStaleLocked) and makes a batch ahead of its partition's run wait for
+// its predecessor (admitLocked).
+func (m *k2kMode) admit(ctx context.Context, w *write, ep *epoch) (*epoch, error) {
+	o := m.o
+	if len(w.spans) == 0 {
+		return ep, nil
+	}
+	if drop, err := o.dropStaleLocked(w.spans); drop || err != nil {
+		return nil, err
+	}
+	ep, err := o.admitLocked(ctx, w.spans, ep)
+	if err != nil {
+		return nil, err
+	}
+	// admitLocked may have waited without o.mu: a revoke in between is
+	// seen here, before the batch joins.
+	if drop, err := o.dropStaleLocked(w.spans); drop || err != nil {
+		return nil, err
+	}
+	return ep, nil
+}
+
+func (m *k2kMode) refused(*write, error) {}
+
+// prepare plans the source offsets the epoch commits and sends them into its
+// transaction (AddOffsetsToTxn, TxnOffsetCommit): step 2 of the commit
+// sequence.
+func (m *k2kMode) prepare(ctx context.Context, ep *epoch, rec *txnstate.Record) error {
+	o := m.o
+	offs, err := m.k.plan(ep.spans(), o.log)
+	if err != nil {
+		if errors.Is(err, errRejoining) {
+			o.m.k2kRebalanceEvent(k2kRejoiningEpoch)
+		} else {
+			o.m.k2kRebalanceEvent(k2kRevokedEpoch)
+		}
+		return err
+	}
+	if len(offs) == 0 {
+		return nil
+	}
+	o.mu.Lock()
+	records := ep.records
+	o.mu.Unlock()
+	if records == 0 {
+		// franz-go does not know of this transaction: its TryAbort
+		// would send nothing. Should the epoch abort, the slot's
+		// re-initialisation (InitProducerID) aborts it on the broker.
+		ep.slot.broken = true
+	}
+	if err := o.sendOffsets(ctx, ep, offs); err != nil {
+		return fmt.Errorf("source offsets: %w", err)
+	}
+	ep.offs = offs
+	rec.Group = m.k.group
+	rec.SourceOffsets = sourceOffsets(offs)
+	return nil
+}
+
+func (m *k2kMode) committed(ep *epoch, _ txnstate.Record) { m.k.commitDone(ep.spans(), ep.offs) }
+
+func (m *k2kMode) settled(context.Context, txnstate.Record) bool { return true }
+
+// aborting: every live epoch from n on aborts; the ranges they admitted will
+// be replayed, and nothing may join past them.
+func (m *k2kMode) aborting(uint64, []*epoch) { m.k.resetAdmitted() }
+
+func (m *k2kMode) nacked(*epoch) {}
+
+func (m *k2kMode) stopped([]*epoch) {}
 
 // sendOffsets adds the group to the slot's open transaction and commits the
 // offsets in it (one TxnOffsetCommit per generation and member id), with the

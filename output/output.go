@@ -5,20 +5,21 @@
 // package adapts them to Benthos and franz-go.
 //
 // Files: spec.go and config.go (the YAML surface), output.go (the Benthos
-// methods and the epoch boundaries), slot.go (the producer pool),
-// epoch.go (one transaction), commit.go (the commit sequence and its failure
-// paths), recovery.go (recovery at Connect), probe.go (the raw requests:
+// methods, the write path and the epoch boundaries), write.go (a batch's
+// records, the messages that cannot be written, what WriteBatch returns),
+// mode.go (the interface behind which the modes keep their rules; plain
+// mode), k2k.go (Kafka-to-Kafka mode), dedupe.go (dedupe mode; its decisions
+// are txnstate.DedupeState), slot.go (the producer pool), epoch.go (one
+// transaction), commit.go (the commit sequence and its failure paths),
+// recovery.go (recovery at Connect), probe.go (the raw requests:
 // DescribeTransactions, the Fetch probe, the pinned EndTxn), statecache.go
-// (the cache key layout), k2k.go (Kafka-to-Kafka mode), dedupe.go (dedupe
-// mode; its decisions are txnstate.DedupeState), metrics.go, errors.go.
+// (the cache key layout), metrics.go, errors.go.
 package output
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +58,11 @@ type output struct {
 	admin     *kgo.Client // non-transactional: kadm and raw requests
 	clusterTV txnstate.TxnVersion
 	committer *committer
+	// mode is plainMode, k2kMode or dedupeMode: every rule that differs
+	// between the modes.
+	mode mode
+	// poison remembers the messages reported as unwritable.
+	poison *poisons
 	// k2k is the Kafka-to-Kafka state (consumer_group set), nil otherwise.
 	k2k *k2k
 	// dd holds the dedupe positions (dedupe mode; guarded by mu), loaded
@@ -109,13 +115,20 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 		endTxn:   (*kgo.Client).EndTransaction,
 		arrowDec: kafkaarrow.NewDecoder(),
 	}
-	if c.group != "" {
+	o.poison = newPoisons()
+	switch {
+	case c.group != "":
 		// Benthos constructs every component before any connects: the
 		// kafka_native input of this group finds us at its Connect.
 		o.k2k = newK2K(c.group)
+		o.mode = &k2kMode{o: o, k: o.k2k}
 		if err := handover.RegisterCommitTakeover(res, c.group, o); err != nil {
 			return nil, fieldErr(keoFieldConsumerGroup, err)
 		}
+	case c.dedupe != nil:
+		o.mode = &dedupeMode{o: o}
+	default:
+		o.mode = plainMode{}
 	}
 	return o, nil
 }
@@ -183,25 +196,14 @@ func (o *output) connectLocked(ctx context.Context) error {
 		}
 		return err
 	}
-	if o.k2k != nil {
-		// After recovery (a resumed epoch moved the offsets) and the
-		// slots' InitProducerID (which aborted what was still open).
-		if err := o.loadCommitted(ctx); err != nil {
-			for _, s := range slots {
-				s.cl.Close()
-			}
-			return err
+	// After recovery (a resumed or found-committed epoch moved the
+	// source offsets or the dedupe positions) and the slots'
+	// InitProducerID (which aborted what was still open).
+	if err := o.mode.connect(ctx); err != nil {
+		for _, s := range slots {
+			s.cl.Close()
 		}
-	}
-	if o.conf.dedupe != nil {
-		// After recovery: a resumed or found-committed epoch's
-		// positions are in its COMMITTED slot record.
-		if err := o.loadPositions(ctx); err != nil {
-			for _, s := range slots {
-				s.cl.Close()
-			}
-			return err
-		}
+		return err
 	}
 	o.slots = slots
 	o.nextEpoch = rec.nextEpoch
@@ -224,147 +226,96 @@ func (o *output) classifyConnectErr(err error) error {
 	return err
 }
 
-// WriteBatch adds the batch to the open epoch (opening one on the next slot
-// if needed), produces its records and returns once the epoch committed (nil)
-// or aborted (the batch is nacked). A batch is never split across epochs.
+// WriteBatch writes the batch in the open epoch (opening one on the next slot
+// if needed) and returns once the epoch committed (nil) or aborted (the batch
+// is nacked). A batch is never split across epochs. A message that can never
+// be written (ErrCannotWrite) fails alone; the mode decides what else is not
+// written with it (see mode).
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
-	tr, err := o.toRecords(batch)
-	if err != nil {
-		return err
+	w := o.toRecords(batch) // one record per message or Arrow row; the unwritable fail
+	defer w.release()
+	o.mode.read(w)                            // spans, or keys and positions; what is held back
+	ep, err := o.admit(ctx, w, o.sentBack(w)) // join an epoch by the mode's rules
+	if err != nil || ep == nil {
+		return o.result(w, err) // nacked, or nothing to write
 	}
-	// The Arrow batches alias the message bodies, which Benthos keeps
-	// alive until the batch is acknowledged, and their buffers are on the
-	// Go heap (the decoder's default allocator frees nothing): releasing
-	// them on return is safe even when records are still in flight after a
-	// cancelled wait.
-	defer kafkaarrow.ReleaseAll(tr.arrow)
-	recs := tr.recs
-	if len(recs) == 0 {
-		return nil // nothing to commit: an empty epoch is never committed
-	}
-	var kps []txnstate.KeyPos
-	if o.conf.dedupe != nil {
-		if kps, err = o.dedupeKeys(batch); err != nil {
-			return err
-		}
-	}
+	o.produce(ep, w)                     // outside o.mu, on the epoch's slot
+	return o.result(w, o.await(ctx, ep)) // the epoch's outcome
+}
 
-	var spans []handover.Span
-	if o.k2k != nil {
-		spans = spansOf(batch)
-	}
+// admit joins w to an epoch under the mode's rules and adds it there. It
+// returns nil and no error when nothing of w is to be written (every message
+// failed, a batch of replays, a batch of a partition given up). With
+// sentBack (see output.sentBack) it stops the output instead.
+func (o *output) admit(ctx context.Context, w *write, sentBack error) (*epoch, error) {
 	o.mu.Lock()
+	defer o.mu.Unlock()
+	if sentBack != nil {
+		o.log.Errorf("%v", sentBack)
+		return nil, o.stopLocked(sentBack, true)
+	}
 	if o.stopErr != nil {
 		// Stopped: nothing is acked any more, not even a batch of
 		// replays (its positions may be a stopped epoch's).
-		err := o.stopErr
-		o.mu.Unlock()
-		return err
+		return nil, o.stopErr
 	}
-	var drop []bool
-	if kps != nil {
-		// A batch of replays only is acknowledged without opening an
-		// epoch; the decision is made again below, once joined (the
-		// positions may move while joinLocked waits for a slot).
-		if o.dd == nil {
-			o.mu.Unlock()
-			return service.ErrNotConnected
-		}
-		if drop, err = o.dedupePlanLocked(kps); err != nil {
-			o.oweLocked(kps, err)
-			o.mu.Unlock()
-			return err
-		}
-		if allTrue(drop) {
-			o.mu.Unlock()
-			o.m.dedupeDropped(len(drop))
-			o.log.Debugf("kafka_eos: dedupe: a batch of %d replays dropped (key %q positions %d..%d)", len(drop), kps[0].Key, kps[0].Position, kps[len(kps)-1].Position)
-			return nil
-		}
+	if len(w.recs) == 0 {
+		return nil, nil // nothing to write: an empty epoch is never committed
 	}
-	ep, err := o.joinLocked(ctx)
-	if err == nil && len(spans) > 0 {
-		if drop, serr := o.dropStaleLocked(spans); drop || serr != nil {
-			o.mu.Unlock()
-			return serr
-		}
-		ep, err = o.admitLocked(ctx, spans, ep)
-		if err == nil {
-			// admitLocked may have waited without o.mu: a revoke
-			// in between is seen here, before the batch joins.
-			if drop, serr := o.dropStaleLocked(spans); drop || serr != nil {
-				o.mu.Unlock()
-				return serr
-			}
-		}
+	skip, err := o.mode.skip(w)
+	if err == nil && skip {
+		return nil, nil
 	}
-	if err == nil && kps != nil {
-		drop, err = o.dedupePlanLocked(kps)
+	var ep *epoch
+	if err == nil {
+		ep, err = o.joinLocked(ctx)
+	}
+	if err == nil {
+		ep, err = o.mode.admit(ctx, w, ep)
 	}
 	if err != nil {
-		if kps != nil {
-			o.oweLocked(kps, err)
-		}
-		o.mu.Unlock()
-		return err
+		o.mode.refused(w, err)
+		return nil, err
 	}
-	ref := &batchRef{batch: batch, recs: recs, msgOf: tr.msgOf, spans: spans}
-	if drop != nil {
-		o.dd.Admit(kps, drop)
-		kept, dropped := 0, 0
-		for i, d := range drop {
-			if d {
-				dropped++
-			} else {
-				kps[kept] = kps[i]
-				kept++
-			}
-		}
-		ref.kps = kps[:kept]
-		if dropped > 0 {
-			o.m.dedupeDropped(dropped)
-			o.log.Debugf("kafka_eos: dedupe: %d of %d messages dropped as replays, epoch %d", dropped, len(drop), ep.n)
-		}
-		if kept > 0 {
-			o.log.Debugf("kafka_eos: dedupe: epoch %d takes key %q positions %d..%d (%d messages)", ep.n, ref.kps[0].Key, ref.kps[0].Position, ref.kps[kept-1].Position, kept)
-		}
-		// A dropped message's records (several for an Arrow message)
-		// are not produced.
-		for i := range recs {
-			if drop[ref.msg(i)] {
-				recs[i] = nil
-			}
-		}
+	if ep == nil || len(w.recs) == 0 {
+		return nil, nil
 	}
-	size, n := 0, 0
-	for _, r := range recs {
-		if r != nil {
-			size += recordSize(r)
-			n++
-		}
+	ref := &batchRef{batch: w.batch, recs: w.recs, msgOf: w.msgOf, spans: w.spans, kps: w.keep}
+	w.ref = ref
+	size := 0
+	for _, r := range w.recs {
+		size += recordSize(r)
 	}
 	ep.batches = append(ep.batches, ref)
-	ep.records += n
+	ep.records += len(w.recs)
 	ep.bytes += size
 	o.inFlight++
 	ep.producing.Add(1)
 	if o.shouldSealLocked(ep) {
 		o.sealLocked(ep)
 	}
-	o.mu.Unlock()
+	return ep, nil
+}
 
-	// Records are produced on the output's run context, not the caller's:
-	// they belong to the epoch, which other batches share.
-	for i, r := range recs {
-		if r != nil { // nil: a replay dropped in dedupe mode
-			ep.slot.cl.Produce(o.runCtx, r, ep.promise(ref, ref.msg(i)))
-		}
+// produce hands w's records to the epoch's slot client. Records are produced
+// on the output's run context, not the caller's: they belong to the epoch,
+// which other batches share.
+func (o *output) produce(ep *epoch, w *write) {
+	size := 0
+	for i, r := range w.recs {
+		size += recordSize(r)
+		ep.slot.cl.Produce(o.runCtx, r, ep.promise(w.ref, w.msgOf[i]))
 	}
 	ep.producing.Done()
-	o.m.records.Incr(int64(n))
+	o.m.records.Incr(int64(len(w.recs)))
 	o.m.bytes.Incr(int64(size))
 	o.m.buffered.Set(o.bufferedBytes())
+}
 
+// await waits for ep's outcome: nil once it committed, its abort, or the
+// output's stop. An in-doubt epoch's batches are never nacked nor acked: the
+// wait lasts until Close.
+func (o *output) await(ctx context.Context, ep *epoch) error {
 	select {
 	case <-ep.done:
 	case <-ctx.Done():
@@ -373,20 +324,9 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 		return ctx.Err()
 	}
 	if ep.held {
-		// In doubt: never nacked, never acked; wait for Close.
 		select {
 		case <-o.closedCh:
 		case <-ctx.Done():
-		}
-		return ep.result
-	}
-	if ep.result == nil {
-		return nil
-	}
-	if errors.Is(ep.result, ErrEpochAborted) {
-		var ee *EpochError
-		if errors.As(ep.result, &ee) {
-			return ep.errFor(ref, ee.Cause)
 		}
 	}
 	return ep.result
@@ -541,23 +481,7 @@ func (o *output) releaseSlot(s *slot) {
 func (o *output) poisonAfter(n uint64, cause error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.k2k != nil {
-		// Every live epoch from n on aborts: the ranges they admitted
-		// will be replayed, and nothing may join past them.
-		o.k2k.resetAdmitted()
-	}
-	if o.dd != nil {
-		// Every live epoch from n on aborts: their positions fall back
-		// to the committed ones and are owed until replayed.
-		var kps []txnstate.KeyPos
-		for _, ep := range o.live {
-			if ep.n >= n {
-				kps = append(kps, ep.keyPos()...)
-			}
-		}
-		o.dd.Abort(kps, time.Now())
-		o.log.Debugf("kafka_eos: dedupe: epochs from %d abort: %d positions owed until replayed, admitted positions back to the committed ones", n, o.dd.Owed())
-	}
+	o.mode.aborting(n, o.live)
 	for _, ep := range o.live {
 		if ep.n > n && ep.cause == nil {
 			ep.cause = fmt.Errorf("epoch %d before it aborted: %w", n, cause)
@@ -585,18 +509,13 @@ func (o *output) stopLocked(err error, raise bool) error {
 		}
 		o.open = nil
 	}
-	if o.dd != nil {
-		// The epochs released here never commit: their positions go
-		// back to the committed ones (an epoch past its EndTxn keeps
-		// them until the committer knows).
-		var kps []txnstate.KeyPos
-		for _, ep := range o.live {
-			if !ep.ending {
-				kps = append(kps, ep.keyPos()...)
-			}
+	var released []*epoch
+	for _, ep := range o.live {
+		if !ep.ending {
+			released = append(released, ep)
 		}
-		o.dd.Abort(kps, time.Now())
 	}
+	o.mode.stopped(released)
 	for _, ep := range append([]*epoch(nil), o.live...) {
 		if ep.ending {
 			// EndTxn(commit) was sent: only the committer, which
@@ -626,140 +545,16 @@ func (o *output) bufferedBytes() int64 {
 	return n
 }
 
-// batchRecords is a batch turned into records.
-type batchRecords struct {
-	recs []*kgo.Record
-	// msgOf[i] is the message recs[i] comes from; nil when recs[i] is
-	// message i (no Arrow message in the batch).
-	msgOf []int
-	// arrow are the decoded Arrow batches the records alias, released once
-	// the batch was written.
-	arrow []*kafkaarrow.Batch
-}
-
-// toRecords turns a batch into records: one per plain message, one per row
-// of an Arrow message (see input_format). A message whose topic, key or
-// partition cannot be computed, or whose Arrow IPC body does not decode,
-// fails alone (BatchError), before anything is produced.
-func (o *output) toRecords(batch service.MessageBatch) (batchRecords, error) {
-	var out batchRecords
-	recs := make([]*kgo.Record, 0, len(batch))
-	var berr *service.BatchError
-	fail := func(i int, err error) {
-		if berr == nil {
-			berr = service.NewBatchError(batch, err)
-		}
-		berr = berr.Failed(i, err)
-	}
-	topicX := batch.InterpolationExecutor(o.conf.topic)
-	var keyX, partX *service.MessageBatchInterpolationExecutor
-	if o.conf.key != nil {
-		keyX = batch.InterpolationExecutor(o.conf.key)
-	}
-	if o.conf.partition != nil {
-		partX = batch.InterpolationExecutor(o.conf.partition)
-	}
-	for i, msg := range batch {
-		topic, err := topicX.TryString(i)
-		if err != nil || topic == "" {
-			fail(i, fmt.Errorf("field %s: %v (topic %q)", keoFieldTopic, err, topic))
-			continue
-		}
-		body, err := msg.AsBytes()
-		if err != nil {
-			fail(i, err)
-			continue
-		}
-		if o.isArrow(body) {
-			n := len(recs)
-			recs, err = o.arrowRecords(recs, &out, topic, body)
-			if err != nil {
-				fail(i, fmt.Errorf("message %d of the batch%s: %w", i, arrowOrigin(msg), err))
-				recs = recs[:n]
-				continue
-			}
-			if out.msgOf == nil {
-				out.msgOf = make([]int, n, max(len(recs), len(batch)))
-				for j := range out.msgOf {
-					out.msgOf[j] = j
-				}
-			}
-			for range recs[n:] {
-				out.msgOf = append(out.msgOf, i)
-			}
-			continue
-		}
-		r := &kgo.Record{Topic: topic}
-		if o.conf.key != nil {
-			k, err := keyX.TryBytes(i)
-			if err != nil {
-				fail(i, fmt.Errorf("field %s: %w", keoFieldKey, err))
-				continue
-			}
-			r.Key = k
-		}
-		if o.conf.partition != nil {
-			ps, err := partX.TryString(i)
-			if err == nil {
-				var p int64
-				p, err = strconv.ParseInt(ps, 10, 32)
-				if err == nil && p < 0 {
-					err = fmt.Errorf("negative partition %d", p)
-				}
-				r.Partition = int32(p)
-			}
-			if err != nil {
-				fail(i, fmt.Errorf("field %s: %w", keoFieldPartition, err))
-				continue
-			}
-		}
-		if o.conf.metadata != nil {
-			_ = o.conf.metadata.WalkMut(msg, func(k string, v any) error {
-				r.Headers = appendHeaders(r.Headers, k, v)
-				return nil
-			})
-		}
-		r.Value = body
-		if sz := recordSize(r); sz > o.conf.maxMessageBytes {
-			fail(i, &RecordError{Topic: topic, Partition: r.Partition, Size: sz, Err: fmt.Errorf("larger than %s %d", keoFieldMaxMessageBytes, o.conf.maxMessageBytes)})
-			continue
-		}
-		if out.msgOf != nil {
-			out.msgOf = append(out.msgOf, i)
-		}
-		recs = append(recs, r)
-	}
-	if berr != nil {
-		kafkaarrow.ReleaseAll(out.arrow)
-		return batchRecords{}, berr
-	}
-	out.recs = recs
-	return out, nil
-}
-
-// arrowOrigin names where an Arrow message came from, from the metadata
-// kafka_native (format: arrow) sets, for error messages; "" without it.
-func arrowOrigin(msg *service.Message) string {
-	var parts []string
-	for _, k := range []string{"kafka_topic", "kafka_partition", "kafka_first_offset", "kafka_last_offset"} {
-		if v, ok := msg.MetaGetMut(k); ok {
-			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
-		}
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " (" + strings.Join(parts, " ") + ")"
-}
-
-// isArrow says whether a message body is written as the rows of an Arrow
-// IPC stream (input_format).
-func (o *output) isArrow(body []byte) bool {
+// isArrow says whether a message is written as the rows of the Arrow IPC
+// stream in its body (input_format): under auto only if a kafka_native input
+// of this stream wrote it (handover.IsArrow), never from what the body looks
+// like, which whoever produces to the input topic chooses.
+func (o *output) isArrow(msg *service.Message) bool {
 	switch o.conf.inputFormat {
 	case keoInputFormatArrow:
 		return true
 	case keoInputFormatAuto:
-		return kafkaarrow.IsKafkaIPC(body)
+		return handover.IsArrow(msg)
 	}
 	return false
 }
@@ -769,7 +564,7 @@ func (o *output) isArrow(body []byte) bool {
 // record: Batch.ProduceRecords carves the records out of one slab per Arrow
 // batch). The decoded batches are added to out.arrow, to be released once
 // the records were produced.
-func (o *output) arrowRecords(recs []*kgo.Record, out *batchRecords, topic string, body []byte) ([]*kgo.Record, error) {
+func (o *output) arrowRecords(recs []*kgo.Record, out *write, topic string, body []byte) ([]*kgo.Record, error) {
 	batches, err := o.arrowDec.Decode(body)
 	if err != nil {
 		return recs, fmt.Errorf("Arrow IPC message (input_format %s): %w", o.conf.inputFormat, err)
@@ -848,15 +643,6 @@ func (o *output) Close(ctx context.Context) error {
 	}
 	o.connected = false
 	return nil
-}
-
-func allTrue(b []bool) bool {
-	for _, v := range b {
-		if !v {
-			return false
-		}
-	}
-	return true
 }
 
 // appendHeaders appends the record headers of one metadata value: one header,

@@ -231,15 +231,20 @@ func TestHeadersAndManualPartition(t *testing.T) {
 			t.Errorf("%s headers %v, want only h_trace", r.Value, r.Headers)
 		}
 	}
-	// A bad partition fails that message alone, before anything is produced.
+	// A bad partition fails that message alone, before anything is
+	// produced; the other message is written (it is acknowledged).
 	bad := batchOf("bad", 2)
 	bad[0].MetaSetMut("p", "0")
 	bad[1].MetaSetMut("p", "x")
 	err = o.WriteBatch(ctx, bad)
 	var be interface{ IndexedErrors() int }
-	if !errors.As(err, &be) || be.IndexedErrors() != 1 || !strings.Contains(err.Error(), "partition") {
+	if !errors.As(err, &be) || be.IndexedErrors() != 1 || !errors.Is(err, ErrCannotWrite) || !strings.Contains(err.Error(), "field partition") {
 		t.Fatalf("%v, want a BatchError for message 1 naming the partition field", err)
 	}
+	if bl := blamed(bad, err); bl[0] != nil || bl[1] == nil {
+		t.Fatalf("blamed %v, want message 1 alone", bl)
+	}
+	ackedMustBeVisible(t, bad, err, counts(t, c.ListenAddrs()))
 }
 
 // Close releases every waiter; a batch left in an unfinished epoch is

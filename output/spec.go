@@ -264,9 +264,9 @@ topic). Under `+"`partitioner: manual`"+` each row goes to its own partition (th
 partition: the target needs at least as many partitions); otherwise the
 partitioner chooses, by key. Keys and values are produced straight from the
 message's bytes, without a copy per record. A body that does not decode (not
-Arrow, damaged, another schema under `+"`input_format: arrow`"+`) fails its message
-with an error naming the column or byte at fault; nothing of its batch is
-produced and the batch is nacked. In Kafka-to-Kafka mode the message's span (the
+Arrow, damaged, another schema under `+"`input_format: arrow`"+`) cannot be written:
+the message fails with an error naming the column or byte at fault (see Messages
+that cannot be written). In Kafka-to-Kafka mode the message's span (the
 source range of the whole Arrow batch, markers included) is committed with the
 epoch, as for a batch of plain messages.
 
@@ -282,11 +282,36 @@ machine loses the identity and an in-doubt epoch is left to the transaction
 timeout (it is then aborted, the input replays). Use the project's `+"`kafka_state`"+`
 cache for a durable identity.
 
+### Messages that cannot be written
+
+A message whose topic, key or partition cannot be computed (or is negative),
+larger than `+"`max_message_bytes`"+`, whose dedupe key or position cannot be read,
+or whose Arrow body does not decode can never be written as it is. It is never
+acknowledged: it fails alone, with an error that begins with
+`+"`kafka_eos: message cannot be written`"+` and names its source (topic, partition
+and offset from the `+"`kafka_*`"+` metadata) and the field. Its batch-mates are
+written and acknowledged, except those that cannot be committed past it: in
+Kafka-to-Kafka mode the later messages of its source partition (the partition's
+offset is committed up to it), in dedupe mode the later messages of its key. They
+fail with an error that begins with `+"`kafka_eos: not written: held back`"+` and are
+replayed. A record the broker or the client refuses for good (larger than the
+topic's `+"`max.message.bytes`"+`, invalid for the topic, a partition the topic does
+not have) aborts its epoch the first time; its message fails in the same way, and
+its replay fails before anything is produced.
+
+Route such messages away with a `+"`fallback`"+` output whose second output sends the
+messages whose `+"`@fallback_error`"+` begins with that text to a dead-letter output
+and rejects the others (they are replayed); see
+`+"`config/examples/kafka_eos_dead_letter.yaml`"+`. A message reported this way that
+comes back to the output (nacked and replayed: no route took it) stops the
+pipeline with an error naming it: replaying it cannot help. A plain `+"`fallback`"+` to
+a dead-letter output would also divert the messages of an aborted epoch, which
+are fine to replay.
+
 ### Errors
 
-A record too large, or for a topic or partition that does not exist, aborts its
-epoch; its batch is nacked with an error naming the topic, partition and size
-(a per-message error for that record, the epoch's abort for the others).
+A record for a topic that does not exist aborts its epoch; its batch is nacked
+with an error naming the topic, partition and size.
 Authentication and authorization failures, and a fence by another producer, stop
 the pipeline (connect-eos exits non-zero). Our own transaction timing out is not
 a fence: the epoch is aborted, nacked and retried on a fresh producer.
@@ -391,11 +416,12 @@ on their increase sees the first one.
 				Advanced(),
 			kafkaconf.EnumField(keoFieldInputFormat, keoInputFormatAuto, keoInputFormatMessage, keoInputFormatArrow).
 				Description("Which messages are Arrow IPC streams whose rows are written as records (see Arrow messages). "+
-					"`auto` (the default): a message whose body begins with an Arrow IPC stream whose schema is the Kafka record schema "+
-					"(what `kafka_native` writes with `format: arrow`) is written as its rows; any other body (text, JSON, Arrow of another "+
-					"schema, binary) is written as one record, as with `message`. A body that declares the Kafka record schema and is then "+
-					"damaged fails (it is not written as an opaque value). `message`: every message is one record. `arrow`: every message "+
-					"must be such a stream; `key`, `metadata` and `partition` are then rejected, since the rows carry their own.").
+					"`auto` (the default): a message that a `kafka_native` input of this stream wrote with `format: arrow` is written as its rows "+
+					"(the input marks the message itself, in a way no record content can); every other message is one record whose value is its body, "+
+					"whatever the body looks like: a value that a producer of the input topic shaped as an Arrow stream is copied as bytes, never unpacked. "+
+					"A marked message whose body no longer decodes (a processor replaced it) cannot be written (see Messages that cannot be written). "+
+					"`message`: every message is one record. `arrow`: every message must be such a stream, whoever wrote it (the operator's choice, "+
+					"for a topic of stored Arrow batches); `key`, `metadata` and `partition` are then rejected, since the rows carry their own.").
 				Default(keoInputFormatAuto),
 			service.NewBoolField(keoFieldArrowTimestamps).
 				Description("Records written from Arrow rows keep the row's timestamp (the source record's, as a mirror does) instead of the produce time. "+

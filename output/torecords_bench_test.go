@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
+	"github.com/connect-eos/connect-eos/handover"
 )
 
 // BenchmarkToRecords measures the message -> kgo.Record mapping of one batch,
@@ -35,8 +36,8 @@ state_cache: state
 			b.ReportAllocs()
 			b.ResetTimer()
 			for n := 0; n < b.N; n++ {
-				if _, err := o.toRecords(batch); err != nil {
-					b.Fatal(err)
+				if w := o.toRecords(batch); len(w.failed) > 0 {
+					b.Fatal(w.failed)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*size), "ns/record")
@@ -77,7 +78,7 @@ state_cache: state
 					// The rows carry key and partition.
 					conf += "input_format: arrow\n"
 				case "arrow-auto":
-					// Detected by IsKafkaIPC first.
+					// Marked by kafka_native (handover.MarkArrow).
 					conf += "partition: '${! metadata(\"kafka_partition\") }'\n"
 				default:
 					conf += "input_format: message\npartition: '${! metadata(\"kafka_partition\") }'\nkey: '${! metadata(\"kafka_key\") }'\n"
@@ -85,7 +86,7 @@ state_cache: state
 				o := newUnconnected(b, newResources(), conf)
 				var batch service.MessageBatch
 				if mode != "message" {
-					m := service.NewMessage(body)
+					m := handover.MarkArrow(service.NewMessage(body))
 					m.MetaSetMut("kafka_topic", "out")
 					batch = service.MessageBatch{m}
 				} else {
@@ -100,9 +101,9 @@ state_cache: state
 				b.ReportAllocs()
 				b.ResetTimer()
 				for n := 0; n < b.N; n++ {
-					tr, err := o.toRecords(batch)
-					if err != nil {
-						b.Fatal(err)
+					tr := o.toRecords(batch)
+					if len(tr.failed) > 0 {
+						b.Fatal(tr.failed)
 					}
 					if len(tr.recs) != size {
 						b.Fatalf("%d records", len(tr.recs))

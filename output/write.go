@@ -1,0 +1,439 @@
+package output
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
+	"github.com/connect-eos/connect-eos/handover"
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// write is one WriteBatch call on its way through the output: the batch, its
+// records, the messages that are not written and why, and what the mode reads
+// of it.
+type write struct {
+	batch service.MessageBatch
+	recs  []*kgo.Record
+	// msgOf[i] is the message recs[i] comes from (an Arrow message gives
+	// several records, a failed message none).
+	msgOf []int
+	// arrow are the decoded Arrow batches the records alias, released once
+	// the batch was written.
+	arrow []*kafkaarrow.Batch
+	// failed holds, per message not written, why: a *MessageError (it can
+	// never be written) or the error of a message held back behind one.
+	failed map[int]error
+
+	// What the mode read: the spans to commit with the batch
+	// (Kafka-to-Kafka) and the positions it writes (dedupe).
+	spans []handover.Span
+	keep  []txnstate.KeyPos
+	// pos is every message's key and position (dedupe).
+	pos []txnstate.KeyPos
+
+	ref *batchRef // once joined
+}
+
+// fail marks message i as not written with err (the first reason stays).
+func (w *write) fail(i int, err error) {
+	if w.failed == nil {
+		w.failed = make(map[int]error)
+	}
+	if _, ok := w.failed[i]; !ok {
+		w.failed[i] = err
+	}
+}
+
+// unwritten reports whether message i is not written.
+func (w *write) unwritten(i int) bool {
+	_, ok := w.failed[i]
+	return ok
+}
+
+// dropRecords removes the records of messages not written (marked after
+// toRecords: held back, or replays) and of the messages drop says.
+func (w *write) dropRecords(drop func(i int) bool) {
+	kept := 0
+	for j, r := range w.recs {
+		if m := w.msgOf[j]; !w.unwritten(m) && (drop == nil || !drop(m)) {
+			w.recs[kept], w.msgOf[kept] = r, m
+			kept++
+		}
+	}
+	clear(w.recs[kept:])
+	w.recs, w.msgOf = w.recs[:kept], w.msgOf[:kept]
+}
+
+func (w *write) release() { kafkaarrow.ReleaseAll(w.arrow) }
+
+// ErrCannotWrite is wrapped by the error of a message that can never be
+// written as it is (a *MessageError): too large, a topic, key or partition
+// that cannot be computed or is out of range, an Arrow body that does not
+// decode. The output never acknowledges it: it fails alone (its batch-mates
+// are written, or held back behind it when they cannot be committed past it),
+// so that a `fallback` output can route it to a dead-letter output. Its
+// error text begins with "kafka_eos: message cannot be written", which is
+// what such a route matches on. Sent back a second time (nacked and
+// replayed), it stops the output: replaying it cannot help.
+var ErrCannotWrite = errors.New("kafka_eos: message cannot be written")
+
+// MessageError is the error of one message that can never be written. It
+// names where the message came from and the field whose value for it cannot
+// be written.
+type MessageError struct {
+	// Source is where the message was read: "topic t partition p offset
+	// o" for a message of kafka_native (or any input setting kafka_topic,
+	// kafka_partition and kafka_offset), its span or dedupe key and
+	// position otherwise, else its index in the batch.
+	Source string
+	// Field is the kafka_eos field whose value for this message cannot be
+	// written (topic, key, partition, max_message_bytes, input_format,
+	// dedupe.key, dedupe.position).
+	Field string
+	Err   error
+}
+
+func (e *MessageError) Error() string {
+	return fmt.Sprintf("%v (%s): field %s: %v", ErrCannotWrite, e.Source, e.Field, e.Err)
+}
+
+func (e *MessageError) Unwrap() []error { return []error{ErrCannotWrite, e.Err} }
+
+// errHeldBack is wrapped by the error of a message not written because a
+// message before it from the same source partition (Kafka-to-Kafka) or of the
+// same key (dedupe) cannot be written: committing it would commit the
+// source's position past the failed one. It is replayed (nacked), after the
+// failed one was routed away.
+var errHeldBack = errors.New("kafka_eos: not written: held back behind a message of the same source that cannot be written; nacked to be replayed after it")
+
+// msgSource names where message i of batch came from, for errors: its source
+// topic, partition and offset from the metadata kafka_native sets (kafka_topic,
+// kafka_partition, kafka_offset, or kafka_first_offset and kafka_last_offset
+// for an Arrow message), else its span, else its index in the batch.
+func msgSource(batch service.MessageBatch, i int) string {
+	m := batch[i]
+	var parts []string
+	add := func(k, name string) {
+		if v, ok := m.MetaGetMut(k); ok {
+			parts = append(parts, fmt.Sprintf("%s %v", name, v))
+		}
+	}
+	add("kafka_topic", "topic")
+	add("kafka_partition", "partition")
+	add("kafka_offset", "offset")
+	if f, ok := m.MetaGetMut("kafka_first_offset"); ok {
+		l, _ := m.MetaGetMut("kafka_last_offset")
+		parts = append(parts, fmt.Sprintf("offsets %v..%v", f, l))
+	}
+	if len(parts) > 0 {
+		return strings.Join(parts, " ")
+	}
+	if s, ok := handover.SpanOf(m); ok {
+		return fmt.Sprintf("message %d of the batch of topic %s partition %d offsets [%d, %d)", i, s.Topic, s.Partition, s.From, s.To)
+	}
+	return fmt.Sprintf("message %d of the batch", i)
+}
+
+// sourceOffset returns the source offset of message m (kafka_offset, or the
+// first offset of an Arrow message), if it carries one.
+func sourceOffset(m *service.Message) (int64, bool) {
+	for _, k := range []string{"kafka_offset", "kafka_first_offset"} {
+		v, ok := m.MetaGetMut(k)
+		if !ok {
+			continue
+		}
+		switch v := v.(type) {
+		case int64:
+			return v, true
+		case int:
+			return int64(v), true
+		case string:
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// poisons remembers the messages reported as unwritable (ErrCannotWrite), so
+// that one sent back (nacked and replayed: no route took it) stops the output
+// instead of looping, and the messages whose records the broker or the client
+// refused for good (learned: the epoch holding them aborted), so that their
+// replay fails before anything is produced. Bounded: the oldest entries go
+// first.
+type poisons struct {
+	mu       sync.Mutex
+	seed     maphash.Seed
+	reported map[uint64]int
+	learned  map[uint64]*MessageError
+	order    []uint64
+}
+
+// maxPoisons bounds the messages remembered (about 100 bytes each).
+const maxPoisons = 4096
+
+func newPoisons() *poisons {
+	return &poisons{seed: maphash.MakeSeed(), reported: map[uint64]int{}, learned: map[uint64]*MessageError{}}
+}
+
+// id identifies a message across a replay: its source (topic, partition,
+// offset) when it carries one, else its content (body and metadata).
+func (p *poisons) id(m *service.Message) uint64 {
+	var h maphash.Hash
+	h.SetSeed(p.seed)
+	t, tok := m.MetaGetMut("kafka_topic")
+	pa, pok := m.MetaGetMut("kafka_partition")
+	off, ook := sourceOffset(m)
+	if tok && pok && ook {
+		fmt.Fprintf(&h, "src\x00%v\x00%v\x00%d", t, pa, off)
+		return h.Sum64()
+	}
+	if s, ok := handover.SpanOf(m); ok {
+		fmt.Fprintf(&h, "span\x00%s\x00%d\x00%d\x00%d\x00", s.Topic, s.Partition, s.From, s.To)
+	}
+	b, _ := m.AsBytes()
+	h.Write(b)
+	var keys []string
+	_ = m.MetaWalkMut(func(k string, _ any) error { keys = append(keys, k); return nil })
+	slices.Sort(keys)
+	for _, k := range keys {
+		v, _ := m.MetaGetMut(k)
+		fmt.Fprintf(&h, "\x00%s=%v", k, v)
+	}
+	return h.Sum64()
+}
+
+func (p *poisons) remember(id uint64) {
+	if _, ok := p.reported[id]; ok {
+		return
+	}
+	if _, ok := p.learned[id]; ok {
+		return
+	}
+	if len(p.order) >= maxPoisons {
+		old := p.order[0]
+		p.order = p.order[1:]
+		delete(p.reported, old)
+		delete(p.learned, old)
+	}
+	p.order = append(p.order, id)
+}
+
+// learn records that message id's record was refused for good.
+func (p *poisons) learn(id uint64, e *MessageError) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.remember(id)
+	p.learned[id] = e
+}
+
+// known returns the error learned for message id, if any.
+func (p *poisons) known(id uint64) (*MessageError, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.learned[id]
+	return e, ok
+}
+
+// any reports whether anything was learned (the ids are computed only then).
+func (p *poisons) any() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.learned) > 0
+}
+
+// report counts one more report of message id to Benthos with its own
+// error.
+func (p *poisons) report(id uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.remember(id)
+	p.reported[id]++
+}
+
+// reports returns how often message id was reported.
+func (p *poisons) reports(id uint64) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reported[id]
+}
+
+// sentBack returns the error to stop the output with if a message of w that
+// cannot be written was reported to Benthos with its own error before: it was
+// sent back (nacked and replayed: no route took it), and replaying it again
+// cannot help. Checked before anything of w is written, so that a replay of
+// its batch-mates (Benthos replays a whole input batch under output
+// batching) is never written twice.
+func (o *output) sentBack(w *write) error {
+	for i := range w.batch {
+		e, ok := w.failed[i]
+		if !ok || !errors.Is(e, ErrCannotWrite) {
+			continue
+		}
+		if o.poison.reports(o.poison.id(w.batch[i])) > 0 {
+			return fmt.Errorf("%w; it was sent back to the output (nacked, and no fallback output took it): route such messages to a dead-letter output (a fallback matching %q), or fix them upstream", e, ErrCannotWrite.Error())
+		}
+	}
+	return nil
+}
+
+// result is what WriteBatch returns for w once its fate is known: err is the
+// epoch's outcome (nil: committed, or nothing was written) or why the batch
+// did not join one.
+//
+// With err nil, the messages not written get their own error in a BatchError
+// and the others none: they are written and committed, acknowledged. Each
+// message that cannot be written is then reported (counted and logged):
+// Benthos gives it its own error, to a fallback output too, so that a route
+// can take it. (Under output batching Benthos gives every message of an input
+// batch the first error of the batch, which is then this one.)
+//
+// With err set, every message gets err, the unwritable ones too: the batch is
+// replayed whole, and they are reported on a later attempt. (Their own error
+// here could be hidden behind err under output batching, a nack taken for a
+// route.) A record refused for good by the broker or the client aborted its
+// epoch: its message is remembered, and fails with its own error before
+// anything is produced when the input replays it.
+func (o *output) result(w *write, err error) error {
+	if w.ref != nil && err != nil {
+		w.ref.mu.Lock()
+		for i, e := range w.ref.errs {
+			if me, ok := e.(*MessageError); ok {
+				o.poison.learn(o.poison.id(w.batch[i]), me)
+			}
+		}
+		w.ref.mu.Unlock()
+	}
+	if len(w.failed) == 0 || err != nil {
+		return err
+	}
+	var headline error
+	for i := range w.batch {
+		e, ok := w.failed[i]
+		if !ok {
+			continue
+		}
+		if errors.Is(e, ErrCannotWrite) {
+			o.poison.report(o.poison.id(w.batch[i]))
+			o.m.tally.add("message_cannot_be_written", 1)
+			o.log.Errorf("%v", e)
+		}
+		if headline == nil || (errors.Is(e, ErrCannotWrite) && !errors.Is(headline, ErrCannotWrite)) {
+			headline = e
+		}
+	}
+	berr := service.NewBatchError(w.batch, headline)
+	for i, e := range w.failed {
+		berr = berr.Failed(i, e)
+	}
+	return berr
+}
+
+// toRecords turns a batch into records: one per plain message, one per row
+// of an Arrow message (see input_format). A message whose topic, key or
+// partition cannot be computed, too large for max_message_bytes, whose Arrow
+// body does not decode, or whose record was refused for good before, is not
+// written: it fails alone with a *MessageError naming its source and the
+// field, before anything is produced.
+func (o *output) toRecords(batch service.MessageBatch) *write {
+	w := &write{batch: batch}
+	recs := make([]*kgo.Record, 0, len(batch))
+	msgOf := make([]int, 0, len(batch))
+	fail := func(i int, field string, err error) {
+		w.fail(i, &MessageError{Source: msgSource(batch, i), Field: field, Err: err})
+	}
+	topicX := batch.InterpolationExecutor(o.conf.topic)
+	var keyX, partX *service.MessageBatchInterpolationExecutor
+	if o.conf.key != nil {
+		keyX = batch.InterpolationExecutor(o.conf.key)
+	}
+	if o.conf.partition != nil {
+		partX = batch.InterpolationExecutor(o.conf.partition)
+	}
+	learned := o.poison.any()
+	for i, msg := range batch {
+		if learned {
+			if me, ok := o.poison.known(o.poison.id(msg)); ok {
+				w.fail(i, me)
+				continue
+			}
+		}
+		topic, err := topicX.TryString(i)
+		if err != nil || topic == "" {
+			fail(i, keoFieldTopic, fmt.Errorf("%v (topic %q)", err, topic))
+			continue
+		}
+		body, err := msg.AsBytes()
+		if err != nil {
+			fail(i, "value", err)
+			continue
+		}
+		if o.isArrow(msg) {
+			n := len(recs)
+			recs, err = o.arrowRecords(recs, w, topic, body)
+			if err != nil {
+				field := keoFieldInputFormat
+				var re *RecordError
+				if errors.As(err, &re) {
+					field = keoFieldMaxMessageBytes
+				}
+				fail(i, field, err)
+				recs = recs[:n]
+				continue
+			}
+			for range recs[n:] {
+				msgOf = append(msgOf, i)
+			}
+			continue
+		}
+		r := &kgo.Record{Topic: topic}
+		if o.conf.key != nil {
+			k, err := keyX.TryBytes(i)
+			if err != nil {
+				fail(i, keoFieldKey, err)
+				continue
+			}
+			r.Key = k
+		}
+		if o.conf.partition != nil {
+			ps, err := partX.TryString(i)
+			if err == nil {
+				var p int64
+				p, err = strconv.ParseInt(ps, 10, 32)
+				if err == nil && p < 0 {
+					err = fmt.Errorf("negative partition %d", p)
+				}
+				r.Partition = int32(p)
+			}
+			if err != nil {
+				fail(i, keoFieldPartition, err)
+				continue
+			}
+		}
+		if o.conf.metadata != nil {
+			_ = o.conf.metadata.WalkMut(msg, func(k string, v any) error {
+				r.Headers = appendHeaders(r.Headers, k, v)
+				return nil
+			})
+		}
+		r.Value = body
+		if sz := recordSize(r); sz > o.conf.maxMessageBytes {
+			fail(i, keoFieldMaxMessageBytes, &RecordError{Topic: topic, Partition: r.Partition, Size: sz, Err: fmt.Errorf("larger than %s %d", keoFieldMaxMessageBytes, o.conf.maxMessageBytes)})
+			continue
+		}
+		msgOf = append(msgOf, i)
+		recs = append(recs, r)
+	}
+	w.recs, w.msgOf = recs, msgOf
+	return w
+}
