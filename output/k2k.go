@@ -61,6 +61,10 @@ type k2k struct {
 	// for partitions this member owns, under the assignment their records
 	// were read in, with the generation and member id of commit time.
 	member handover.GroupState
+	// unstarted holds the partitions already warned about: their records
+	// came without a start handed over by a kafka_native input of the
+	// group (plan).
+	unstarted map[topicPartition]bool
 }
 
 func newK2K(group string) *k2k {
@@ -112,6 +116,21 @@ func (k *k2k) staleSpans(spans []handover.Span) int {
 		}
 	}
 	return n
+}
+
+// warnUnstartedLocked says once per partition that its records reached the
+// output with no start handed over: in another Benthos build (the
+// connect-eos binary refuses such a config at start) this is how a
+// consumer_group that names no kafka_native input of the stream shows.
+func (k *k2k) warnUnstartedLocked(tp topicPartition, log *service.Logger) {
+	if k.unstarted == nil {
+		k.unstarted = map[topicPartition]bool{}
+	}
+	if k.unstarted[tp] || log == nil {
+		return
+	}
+	k.unstarted[tp] = true
+	log.Warnf("kafka_eos: consumer group %s: records of %s/%d reached the output, but no kafka_native input of this stream handed over where it reads that partition for group %s (does the input's consumer_group name the same group?): no source offset of it is committed, and the copy is at-least-once", k.group, tp.topic, tp.partition, k.group)
 }
 
 // plan computes the offsets epoch spans let us commit now. It changes
@@ -203,6 +222,7 @@ func (k *k2k) plan(spans []handover.Span, log *service.Logger) ([]plannedOffset,
 			// for a hand-over rather than skip a range. (kafka_native
 			// hands its starts over before any batch: this is a
 			// message stamped by something else.)
+			k.warnUnstartedLocked(tp, log)
 			continue
 		}
 		if off <= c {

@@ -20,8 +20,9 @@ import (
 //
 //   - kafka_eos.consumer_group names the group of a kafka_native input of the
 //     same config (Kafka-to-Kafka mode). Otherwise nothing hands the output
-//     any source offset: it would commit none and copy at-least-once, with
-//     no other sign of the typo.
+//     any source offset: it would commit none and copy at-least-once. (In
+//     another Benthos build the output warns when the first records of a
+//     partition arrive without a start handed over.)
 //   - kafka_eos.state_cache names a cache that survives a crash: a warning
 //     for Benthos' memory and file caches, saying what a crash loses.
 //   - a kafka_state cache resource's connection warnings (TLS verification

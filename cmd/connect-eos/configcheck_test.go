@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os/exec"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
 )
@@ -146,4 +152,67 @@ cache_resources:
 	require.Contains(t, exit[0], `topic "no_such_topic"`)
 	require.Contains(t, exit[0], "UNKNOWN_TOPIC_OR_PARTITION")
 	require.Contains(t, exit[0], "for longer than unknown_topic_grace_period 2s")
+}
+
+// TestGroupTypoWarnedInOtherBuilds: inside another Benthos build (a stream
+// built with the Go API, where the binary's check at start does not run) a
+// kafka_eos consumer_group that names no kafka_native input of the stream
+// shows as a warning naming the group and each partition, once, when the
+// first records arrive.
+func TestGroupTypoWarnedInOtherBuilds(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders", "orders_copy"))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("orders"))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	for i := range 50 {
+		require.NoError(t, cl.ProduceSync(t.Context(), &kgo.Record{Value: fmt.Appendf(nil, "v%d", i)}).FirstErr())
+	}
+	sb := binaryEnvironment().NewStreamBuilder()
+	var logs syncBuffer
+	sb.SetLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	require.NoError(t, sb.SetYAML(strings.ReplaceAll(crossConfig("orders-copy", "order-copy", memoryCache), "127.0.0.1:1", cluster.ListenAddrs()[0])+
+		"\n"))
+	s, err := sb.Build()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() { _ = s.Run(ctx) }()
+	defer func() { _ = s.StopWithin(10 * time.Second) }()
+	deadline := time.Now().Add(time.Minute)
+	const warning = "no kafka_native input of this stream handed over where it reads that partition for group order-copy"
+	for !strings.Contains(logs.String(), warning) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := range 50 {
+		// More records, more epochs: still one warning per partition.
+		require.NoError(t, cl.ProduceSync(t.Context(), &kgo.Record{Value: fmt.Appendf(nil, "w%d", i)}).FirstErr())
+	}
+	time.Sleep(2 * time.Second)
+	out := logs.String()
+	for _, p := range []string{"orders/0", "orders/1"} {
+		require.LessOrEqual(t, strings.Count(out, "records of "+p+" reached the output"), 1, out)
+	}
+	require.Contains(t, out, "consumer group order-copy: records of orders/")
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
