@@ -196,6 +196,9 @@ func (r *runner) check() {
 		if dlq[id] > 0 {
 			badDLQ = append(badDLQ, id)
 		}
+		if n == 0 && r.wasDeleted(i) {
+			continue // retention deleted it, perhaps before it was read
+		}
 		if n == 0 {
 			missing = append(missing, id)
 			if acked[i] > 0 {
@@ -347,6 +350,15 @@ func (r *runner) checkRecovery(view *logView) {
 			}
 		}
 	}
+}
+
+// wasDeleted reports whether a retention event deleted input record i.
+func (r *runner) wasDeleted(i int) bool {
+	if !r.p.Mode.kafkaInput() {
+		return false
+	}
+	o, ok := r.offsetOf[i]
+	return ok && o < r.deleted[recordPartition(r.p, i)]
 }
 
 // completed reports whether the run got to its end (no hang, no run cut

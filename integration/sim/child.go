@@ -176,7 +176,7 @@ func registerChildComponents(env *service.Environment, p Plan, st *storeClient) 
 		return err
 	}
 	if err := env.RegisterBatchProcessor("sim_tag", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Resources) (service.BatchProcessor, error) {
-		return &simTag{inst: st.inst}, nil
+		return &simTag{inst: st.inst, throttle: p.Throttle}, nil
 	}); err != nil {
 		return err
 	}
@@ -339,18 +339,35 @@ func (s *simSource) Close(ctx context.Context) error {
 	return nil
 }
 
-// simTag stamps every message of a batch with the batch's identity and size
+// simTag takes the plan's Throttle per record, then stamps every message of
+// a batch with the batch's identity and size
 // (metadata sim_batch = "<instance>/<n>/<size>"), which the output writes as
 // a header: the checker then sees whether a batch reached read_committed
 // readers whole. It also marks oversized messages (sim_oversized) for
 // sim_dlq.
 type simTag struct {
-	inst string
-	mu   sync.Mutex
-	n    int
+	inst     string
+	throttle time.Duration // per record
+	mu       sync.Mutex
+	n        int
 }
 
-func (p *simTag) ProcessBatch(_ context.Context, b service.MessageBatch) ([]service.MessageBatch, error) {
+func (p *simTag) ProcessBatch(ctx context.Context, b service.MessageBatch) ([]service.MessageBatch, error) {
+	if p.throttle > 0 {
+		n := 0
+		for _, m := range b {
+			n++
+			if v, ok := m.MetaGetMut("kafka_record_count"); ok {
+				if c, ok := v.(int64); ok && c > 1 {
+					n += int(c) - 1
+				}
+			}
+		}
+		select {
+		case <-time.After(time.Duration(n) * p.throttle):
+		case <-ctx.Done():
+		}
+	}
 	p.mu.Lock()
 	p.n++
 	id := fmt.Sprintf("%s/%d/%d", p.inst, p.n, len(b))

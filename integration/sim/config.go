@@ -62,6 +62,9 @@ func streamYAML(p Plan, brokers, inst string, m int, logLevel string) string {
 		if p.Mode == ModeArrow {
 			b.WriteString("    format: arrow\n")
 		}
+		if p.Retention {
+			b.WriteString("    max_buffered_bytes_per_partition: 4096\n    idle_probe_interval: 200ms\n")
+		}
 	} else {
 		b.WriteString("input:\n  sim_source: {}\n")
 	}

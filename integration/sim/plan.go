@@ -124,6 +124,10 @@ const (
 	// with the same transactional_id, optionally crashes that one after a
 	// while (and starts it again), then wakes the first (SIGCONT).
 	EvZombie EventKind = "zombie"
+	// EvRetention deletes the records of one input partition below an
+	// offset (DeleteRecords, as retention does), ahead of or behind the
+	// copy.
+	EvRetention EventKind = "retention"
 )
 
 // Event is a process event, fired once the run's progress (the share of
@@ -140,6 +144,9 @@ type Event struct {
 	// the second one crashes while it is.
 	Stall      time.Duration
 	CrashOther bool
+	// Retention only: the partition, and the share of its records deleted.
+	Partition int32
+	Share     float64
 }
 
 func (e Event) String() string {
@@ -149,6 +156,9 @@ func (e Event) String() string {
 	}
 	if e.RestartDelay > 0 {
 		s += fmt.Sprintf("+%s", e.RestartDelay)
+	}
+	if e.Kind == EvRetention {
+		s += fmt.Sprintf("(in/%d below %.0f%%)", e.Partition, 100*e.Share)
 	}
 	if e.Kind == EvZombie {
 		s += fmt.Sprintf("(stall %s", e.Stall)
@@ -202,6 +212,14 @@ type Plan struct {
 	// kafka_native's metadata (kafka_partition, kafka_offset, kafka_key)
 	// with other values; a copy must keep each record's own.
 	HostileHeaders bool
+	// Retention: the run has a retention event; kafka_native gets small
+	// per-partition buffers (max_buffered_bytes_per_partition) and a short
+	// idle_probe_interval.
+	Retention bool
+	// Throttle is how long the pipeline spends per record (in sim_tag), so
+	// that a run lasts about a second and the events land in the middle of
+	// the copy rather than after it; 0 in some runs (as fast as it goes).
+	Throttle time.Duration
 }
 
 // MaxMessageBytes is the output's max_message_bytes in every run: small, so
@@ -344,6 +362,24 @@ func Draw(seed uint64) Plan {
 	if p.Mode.kafkaInput() && r.IntN(4) == 0 {
 		p.HostileHeaders = true
 	}
+	if p.Mode.kafkaInput() && r.IntN(5) == 0 {
+		// Retention under a slow copy: small per-partition buffers
+		// pause partitions, and the idle probe runs often.
+		p.Retention = true
+		p.Events = append(p.Events, Event{Kind: EvRetention, At: 0.05 + 0.6*r.Float64(), Partition: int32(r.IntN(int(p.InPartitions))), Share: 0.1 + 0.9*r.Float64()})
+		slices.SortStableFunc(p.Events, func(a, b Event) int {
+			switch {
+			case a.At < b.At:
+				return -1
+			case a.At > b.At:
+				return 1
+			}
+			return 0
+		})
+	}
+	if r.IntN(10) < 7 {
+		p.Throttle = time.Second / time.Duration(p.Records)
+	}
 	return p
 }
 
@@ -452,6 +488,12 @@ func (p Plan) String() string {
 	}
 	if p.HostileHeaders {
 		b.WriteString(" hostile_headers")
+	}
+	if p.Retention {
+		b.WriteString(" small_buffers")
+	}
+	if p.Throttle > 0 {
+		fmt.Fprintf(&b, " throttle=%s", p.Throttle)
 	}
 	fmt.Fprintf(&b, " max_in_flight=%d pool=%d batching=%d epoch=%s/%d in_batch=%d commit=%s cache=%s txn_timeout=%s",
 		p.MaxInFlight, p.PoolSize, p.Batching, p.EpochInterval, p.EpochMaxRecords, p.InputBatch, p.CommitPeriod, p.StateCache, p.TxnTimeout)

@@ -41,7 +41,7 @@ func TestDrawIsDeterministic(t *testing.T) {
 			events[e.Kind] = true
 		}
 	}
-	if len(modes) != 7 || len(tvs) != 2 || len(actions) != 4 || len(events) != 3 {
+	if len(modes) != 7 || len(tvs) != 2 || len(actions) != 4 || len(events) != 4 {
 		t.Fatalf("300 seeds drew modes %v, versions %v, fault actions %v, events %v", modes, tvs, actions, events)
 	}
 }

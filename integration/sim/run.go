@@ -101,6 +101,8 @@ type runner struct {
 	addr string
 
 	ends      map[int32]int64 // input end offsets (Kafka-to-Kafka)
+	offsetOf  map[int]int64   // input record -> its offset
+	deleted   map[int32]int64 // input partition -> log start after retention events
 	committed map[int32]int64 // the group's committed offsets as last polled
 
 	live   map[int]*instance // the current instance of each member
@@ -138,7 +140,7 @@ func Run(seed uint64, o Options) Result {
 	start := time.Now()
 	plan, err := Override(Draw(seed), o.Override)
 	res := Result{Seed: seed, Plan: plan}
-	r := &runner{p: res.Plan, o: o, res: &res, live: map[int]*instance{}, done: map[int]bool{}, incarn: map[int]int{}, zombied: map[int]bool{}, committed: map[int32]int64{}}
+	r := &runner{p: res.Plan, o: o, res: &res, live: map[int]*instance{}, done: map[int]bool{}, incarn: map[int]int{}, zombied: map[int]bool{}, offsetOf: map[int]int64{}, deleted: map[int32]int64{}, committed: map[int32]int64{}}
 	defer r.cleanup()
 	if err != nil {
 		r.fail("%v", err)
@@ -269,8 +271,14 @@ func (r *runner) fill() error {
 		if err := cl.BeginTransaction(); err != nil {
 			return err
 		}
-		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		res := cl.ProduceSync(ctx, recs...)
+		if err := res.FirstErr(); err != nil {
 			return err
+		}
+		for _, pr := range res {
+			if i := recordIndex(recordID(pr.Record.Value)); i >= 0 {
+				r.offsetOf[i] = pr.Record.Offset
+			}
 		}
 		return cl.EndTransaction(ctx, kgo.TransactionEndTry(commit))
 	}
@@ -652,6 +660,10 @@ func (r *runner) targetReady(e Event) bool {
 
 // fire executes a process event.
 func (r *runner) fire(e Event) {
+	if e.Kind == EvRetention {
+		r.deleteRecords(e)
+		return
+	}
 	m := e.Member
 	in := r.live[m]
 	if in == nil || in.exited() {
@@ -711,6 +723,39 @@ func (r *runner) fire(e Event) {
 			in.signal(syscall.SIGCONT)
 		}})
 	}
+}
+
+// deleteRecords deletes the records of an input partition below a share of
+// its end, as retention does: the copy may have read them or not.
+func (r *runner) deleteRecords(e Event) {
+	at := int64(e.Share * float64(r.ends[e.Partition]))
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	req.TimeoutMillis = 5000
+	t := kmsg.NewDeleteRecordsRequestTopic()
+	t.Topic = inTopic
+	pt := kmsg.NewDeleteRecordsRequestTopicPartition()
+	pt.Partition, pt.Offset = e.Partition, at
+	t.Partitions = append(t.Partitions, pt)
+	req.Topics = append(req.Topics, t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kresp, err := r.adm.SeedBrokers()[0].Request(ctx, req)
+	if err == nil {
+		resp := kresp.(*kmsg.DeleteRecordsResponse)
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && err == nil {
+					err = e
+				}
+			}
+		}
+	}
+	if err != nil {
+		r.fail("retention: deleting %s/%d below %d: %v", inTopic, e.Partition, at, err)
+		return
+	}
+	r.deleted[e.Partition] = max(r.deleted[e.Partition], at)
+	r.logf("retention: deleted %s/%d below offset %d (progress %.2f)", inTopic, e.Partition, at, r.progress())
 }
 
 // sortedKeys returns m's keys in order.
