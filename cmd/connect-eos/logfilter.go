@@ -14,24 +14,26 @@ import (
 // process; so while a fatal stop is pending the binary drops it.
 var benthosSigtermLine = []byte("Received SIGTERM, the service is closing")
 
-// logFilter passes the process's stdout and stderr through pipes while
-// Benthos' logger is created, so that the logger (which takes os.Stdout or
-// os.Stderr when it is built and offers no other hook) writes through the
-// filter; the real files are put back right after, so that components (a
-// `stdout` output) and everything else write to them directly.
+// logFilter passes the process's stdout through a pipe while Benthos' logger
+// is created, so that the logger (which takes os.Stdout when it is built and
+// offers no other hook) writes through the filter; the real file is put back
+// right after, so that components (a `stdout` output) and everything else
+// write to it directly. Stderr is left alone: Benthos writes its goroutine
+// dump there just before a forced os.Exit, which a pipe could cut short.
+// (With a `stdout` output Benthos logs to stderr, and the SIGTERM line is
+// then not filtered.)
 type logFilter struct {
 	dropSigterm atomic.Bool // a fatal stop is pending: drop Benthos' SIGTERM line once
 	realOut     *os.File
-	realErr     *os.File
 	waits       []chan struct{}
 	pipes       []*os.File
 }
 
-// installLogFilter replaces os.Stdout and os.Stderr with pipes into the
-// filter. Call restoreFiles once the logger exists, and close at the end.
+// installLogFilter replaces os.Stdout with a pipe into the filter. Call
+// restoreFiles once the logger exists, and close at the end.
 func installLogFilter() (*logFilter, error) {
-	f := &logFilter{realOut: os.Stdout, realErr: os.Stderr}
-	for _, dst := range []**os.File{&os.Stdout, &os.Stderr} {
+	f := &logFilter{realOut: os.Stdout}
+	for _, dst := range []**os.File{&os.Stdout} {
 		pr, pw, err := os.Pipe()
 		if err != nil {
 			f.close()
@@ -46,10 +48,10 @@ func installLogFilter() (*logFilter, error) {
 	return f, nil
 }
 
-// restoreFiles puts the real stdout and stderr back; writers that already
-// hold a pipe (Benthos' logger) keep writing through the filter.
+// restoreFiles puts the real stdout back; a writer that already holds the
+// pipe (Benthos' logger) keeps writing through the filter.
 func (f *logFilter) restoreFiles() {
-	os.Stdout, os.Stderr = f.realOut, f.realErr
+	os.Stdout = f.realOut
 }
 
 // close restores the files, closes the pipes and waits until everything
