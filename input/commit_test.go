@@ -67,7 +67,8 @@ func TestPeriodicCommitNeverMovesBackAfterRevoke(t *testing.T) {
 	gate := &gateCommitter{arrived: make(chan struct{}), open: make(chan struct{}), c: rec}
 	step := &commitStep{cfg: cfg, tr: tr, committer: gate, met: met, log: res.Logger()}
 	book := &bookkeeper{cfg: cfg, tr: tr, step: step, met: met, log: res.Logger()}
-	member := &groupMember{cfg: cfg, res: res, tr: tr, met: met, log: res.Logger(), step: step}
+	member := &groupMember{cfg: cfg, res: res, tr: tr, met: met, log: res.Logger()}
+	member.step.Store(step)
 
 	ctx := context.Background()
 	bookDone := make(chan struct{})

@@ -49,13 +49,16 @@ import (
 //   - On Close, revoke does not wait: Close commits what was acknowledged
 //     before it closes the client (which leaves the group).
 type groupMember struct {
-	cfg     *config
-	res     *service.Resources
-	adm     *kadm.Client
-	tr      *tracker
-	met     *inputMetrics
-	log     *service.Logger
-	step    *commitStep // set before the client starts
+	cfg *config
+	res *service.Resources
+	adm *kadm.Client
+	tr  *tracker
+	met *inputMetrics
+	log *service.Logger
+	// step is stored by start, after the client began joining the group:
+	// a rebalance callback can run before it (a refused session timeout
+	// ends the session at once), with nothing fetched to commit.
+	step    atomic.Pointer[commitStep]
 	fail    func(error)
 	closing atomic.Bool
 	cl      atomic.Pointer[kgo.Client] // the consuming client, for GroupMetadata
@@ -190,7 +193,7 @@ func (g *groupMember) revoked(ctx context.Context, _ *kgo.Client, revoked map[st
 	// read before). On Close nothing is committed here: Close commits
 	// what was acknowledged before it leaves the group.
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_ = g.step.revoke(cctx, parts, !g.closing.Load()) // a failure is logged and counted
+	_ = g.revokeParts(cctx, parts, !g.closing.Load()) // a failure is logged and counted
 	cancel()
 	g.met.rebalance("revoked")
 	g.met.gaveUp(parts)
@@ -213,11 +216,22 @@ func (g *groupMember) takeoverRevoked(ctx context.Context, parts map[string][]in
 	handOverRevoked(rctx, g.res, g.cfg.group, parts)
 }
 
+// revokeParts stops tracking parts through the commit step (committing what
+// was acknowledged of them if commit), or directly before start stored the
+// step, when nothing of theirs has been fetched.
+func (g *groupMember) revokeParts(ctx context.Context, parts []tp, commit bool) error {
+	if s := g.step.Load(); s != nil {
+		return s.revoke(ctx, parts, commit)
+	}
+	g.tr.remove(parts)
+	return nil
+}
+
 func (g *groupMember) lost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 	parts := toTPs(lost)
 	// Under the commit lock: a periodic commit that read their positions
 	// before cannot follow.
-	_ = g.step.revoke(ctx, parts, false)
+	_ = g.revokeParts(ctx, parts, false)
 	if len(parts) > 0 {
 		g.met.rebalance("lost")
 		g.met.gaveUp(parts)

@@ -282,7 +282,7 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 	switch {
 	case c.member != nil:
 		step.committer = &handoverCommitter{res: in.mgr, group: cfg.group, direct: &memberCommitter{cl: c.consumeCl}}
-		c.member.step = step
+		c.member.step.Store(step) // after its fields: the callbacks read them
 		c.member.cl.Store(c.consumeCl)
 		// Before the fetch loop starts: no batch reaches the output
 		// before it can ask which partitions this member owns.
