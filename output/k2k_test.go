@@ -34,22 +34,42 @@ func groupOffsets(t testing.TB, brokers []string, group, topic string) map[int32
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := kadm.NewClient(cl).FetchOffsets(kadm.RequireStable(ctx), group)
-	out := map[int32]int64{}
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		return out
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Each(func(r kadm.OffsetResponse) {
-		if r.Topic == topic && r.Err == nil && r.At >= 0 {
-			out[r.Partition] = r.At
+	// RequireStable: offsets of a transaction still being completed are
+	// answered UNSTABLE_OFFSET_COMMIT until its markers are written, which
+	// a loaded broker can take seconds to do. Ask again until every
+	// partition of topic answers, within a generous deadline; an answer
+	// that never comes fails the test instead of reading as "no offset".
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		resp, err := kadm.NewClient(cl).FetchOffsets(kadm.RequireStable(ctx), group)
+		cancel()
+		out := map[int32]int64{}
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			return out
 		}
-	})
-	return out
+		var perr error
+		if err == nil {
+			resp.Each(func(r kadm.OffsetResponse) {
+				switch {
+				case r.Topic != topic:
+				case r.Err != nil:
+					perr = fmt.Errorf("partition %d: %w", r.Partition, r.Err)
+				case r.At >= 0:
+					out[r.Partition] = r.At
+				}
+			})
+		} else {
+			perr = err
+		}
+		if perr == nil {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s offsets of %s: no stable answer within 60s: %v", group, topic, perr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // endOffsets returns the high watermarks of topic.
