@@ -25,7 +25,7 @@ import (
 )
 
 // Knobs. The defaults are the CI scale that `make test` runs (a few minutes
-// over both transaction versions); the large scale of docs/exactly-once.md is
+// over both transaction versions); the large scale of docs/evidence.md is
 //
 //	CHAOS=1 CHAOS_RECORDS=1000000 CHAOS_KILLS=20 CHAOS_BROKER_RESTARTS=2 CHAOS_RATE=0 \
 //	  go test ./integration/chaos -run TestChaos -v -timeout 120m
