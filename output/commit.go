@@ -9,6 +9,7 @@ import (
 	"github.com/Jeffail/shutdown"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/connect-eos/connect-eos/statecache"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -153,7 +154,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	records := ep.records
 	o.mu.Unlock()
 	rec := txnstate.Record{
-		Format:          txnstate.FormatVersion,
+		Format:          1,
 		TransactionalID: ep.slot.id,
 		Epoch:           ep.n,
 		ProducerID:      pid,
@@ -161,7 +162,11 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		TxnVersion:      ep.slot.tv,
 		State:           txnstate.Prepared,
 		Partitions:      ep.partitions(),
+		Fence:           ep.slot.fence(pid, pepoch),
 	}
+	o.mu.Lock()
+	ep.slot.lastFence = rec.Fence
+	o.mu.Unlock()
 	// Step 2: what the mode commits besides the records (Kafka-to-Kafka:
 	// the source offsets, into the transaction; dedupe: the positions).
 	if err := o.mode.prepare(dctx, ep, &rec); err != nil {
@@ -303,6 +308,10 @@ func (o *output) writeRetry(ctx context.Context, n int, r txnstate.Record) bool 
 		cancel()
 		if err == nil {
 			return true
+		}
+		if errors.Is(err, statecache.ErrFenced) {
+			o.zombie(o.slots[n], err)
+			return false
 		}
 		o.log.Warnf("kafka_eos: writing %s of epoch %d: %v", r.State, r.Epoch, err)
 		select {
@@ -447,6 +456,12 @@ func (o *output) setTxnVersion(s *slot, rec txnstate.Record, seen txnstate.TxnVe
 // nacked and every later epoch aborts too. With prepared, ABORTED is written
 // (retried) before the slot carries another epoch.
 func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepared bool, rec ...txnstate.Record) {
+	if errors.Is(cause, statecache.ErrFenced) {
+		// The state cache holds a record of a later owner of the slot:
+		// another instance took the transactional_id.
+		o.zombie(ep.slot, cause)
+		return
+	}
 	if isAuthErr(cause) {
 		o.stop(fmt.Errorf("kafka_eos: %q: %w", ep.slot.id, cause), true)
 		return

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/connect-eos/connect-eos/statecache"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -50,12 +51,12 @@ func (s *stateStore) readPositions(ctx context.Context) (map[string]int64, error
 	return pos, nil
 }
 
-func (s *stateStore) writePositions(ctx context.Context, pos map[string]int64) error {
+func (s *stateStore) writePositions(ctx context.Context, pos map[string]int64, fence uint64) error {
 	b, err := txnstate.EncodePositions(pos)
 	if err != nil {
 		return err
 	}
-	return s.set(ctx, s.positionsKey(), b)
+	return s.set(ctx, s.positionsKey(), b, fence)
 }
 
 // dedupeMode is the dedupe mode's side of the write path (see mode): a
@@ -356,10 +357,14 @@ func (o *output) savePositions(ctx context.Context) bool {
 	backoff := 100 * time.Millisecond
 	for {
 		wctx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
-		err := o.store.writePositions(wctx, pos)
+		err := o.store.writePositions(wctx, pos, o.ownerFence())
 		cancel()
 		if err == nil {
 			return true
+		}
+		if errors.Is(err, statecache.ErrFenced) {
+			o.stop(&FencedError{TransactionalID: o.conf.transactionalID, Err: err}, true)
+			return false
 		}
 		o.log.Warnf("kafka_eos: writing the committed dedupe positions: %v", err)
 		select {

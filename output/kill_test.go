@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(yaml string) int {
+	childHooks()
 	sb := service.NewStreamBuilder()
 	if err := sb.SetYAML(yaml); err != nil {
 		fmt.Fprintln(os.Stderr, err)

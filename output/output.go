@@ -29,6 +29,7 @@ import (
 	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
 	"github.com/connect-eos/connect-eos/handover"
 	"github.com/connect-eos/connect-eos/internal/fatal"
+	"github.com/connect-eos/connect-eos/statecache"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -93,6 +94,10 @@ type output struct {
 	inDoubtAttempts int
 }
 
+// testOutputHook, set only in the test binary's child processes (a real
+// process to stop, continue and kill), is called with every output built.
+var testOutputHook func(*output)
+
 // inDoubtAttempts is how many Connect attempts recovery waits for an unknown
 // in-doubt epoch to become identifiable before it stops the pipeline.
 const inDoubtAttempts = 5
@@ -116,6 +121,9 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 		arrowDec: kafkaarrow.NewDecoder(),
 	}
 	o.poison = newPoisons()
+	if testOutputHook != nil {
+		testOutputHook(o)
+	}
 	switch {
 	case c.group != "":
 		// Benthos constructs every component before any connects: the
@@ -189,6 +197,12 @@ func (o *output) connectLocked(ctx context.Context) error {
 			return err
 		}
 		slots[n] = &slot{n: n, id: id, cl: cl, tv: tv, freeCh: make(chan struct{})}
+		if err := o.initFence(ctx, slots[n]); err != nil {
+			for _, s := range slots[:n+1] {
+				s.cl.Close()
+			}
+			return err
+		}
 	}
 	if err := o.abortOrphans(ctx, rec); err != nil {
 		for _, s := range slots {
@@ -211,7 +225,10 @@ func (o *output) connectLocked(ctx context.Context) error {
 	o.committer = newCommitter(o)
 	go o.committer.run()
 	o.connected = true
-	o.readyOnce.Do(func() { close(o.readyCh) })
+	o.readyOnce.Do(func() {
+		close(o.readyCh)
+		o.probeFencing(ctx)
+	})
 	o.log.Infof("kafka_eos: %d slots of %q ready (transaction version %d), next epoch %d", len(slots), o.conf.transactionalID, tv, o.nextEpoch)
 	return nil
 }
@@ -220,6 +237,11 @@ func (o *output) connectLocked(ctx context.Context) error {
 // Benthos would retry Connect forever.
 func (o *output) classifyConnectErr(err error) error {
 	var fe *fatal.Error
+	if errors.Is(err, statecache.ErrFenced) && !errors.As(err, &fe) {
+		// A later instance's records are in the state cache: it owns
+		// the transactional_id.
+		return fatal.Raise(&FencedError{TransactionalID: o.conf.transactionalID, Err: err})
+	}
 	if isAuthErr(err) && !errors.As(err, &fe) {
 		return fatal.Raise(fmt.Errorf("kafka_eos %q: %w", o.conf.transactionalID, err))
 	}

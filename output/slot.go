@@ -28,6 +28,15 @@ type slot struct {
 	cl *kgo.Client
 	tv txnstate.TxnVersion
 
+	// fenceGen and fencePID make the owner token of the slot's records
+	// (txnstate.FenceToken): gen goes up by one when the producer id
+	// changes. Set at Connect from the slot's stored record; then the
+	// committer's (one epoch at a time).
+	fenceGen uint64
+	fencePID int64
+	// lastFence is the newest token of the slot (guarded by output.mu).
+	lastFence uint64
+
 	// Guarded by output.mu.
 	busy   bool
 	freeCh chan struct{} // closed when busy turns false
@@ -80,4 +89,14 @@ func (o *output) clusterTxnVersion(ctx context.Context) (txnstate.TxnVersion, er
 		}
 	})
 	return tv, nil
+}
+
+// fence returns the owner token of a record written with producer id pid at
+// epoch e (txnstate.FenceToken): a new producer id starts a new gen.
+func (s *slot) fence(pid int64, e int16) uint64 {
+	if pid != s.fencePID {
+		s.fenceGen++
+		s.fencePID = pid
+	}
+	return txnstate.FenceToken(s.fenceGen, e)
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/connect-eos/connect-eos/statecache"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -57,7 +59,14 @@ func (s *stateStore) get(ctx context.Context, key string) (v []byte, found bool,
 	return v, true, nil
 }
 
-func (s *stateStore) set(ctx context.Context, key string, v []byte) (err error) {
+// set writes key; with a non-zero fence, as owner token fence
+// (statecache.WithFence: kafka_state keeps the record of the highest token
+// per key, and refuses a lower one with statecache.ErrFenced; other caches
+// ignore it).
+func (s *stateStore) set(ctx context.Context, key string, v []byte, fence uint64) (err error) {
+	if fence != 0 {
+		ctx = statecache.WithFence(ctx, fence)
+	}
 	aerr := s.res.AccessCache(ctx, s.cache, func(c service.Cache) {
 		err = c.Set(ctx, key, v, nil)
 	})
@@ -84,7 +93,7 @@ func (s *stateStore) slotsHighWater(ctx context.Context) (int, error) {
 }
 
 func (s *stateStore) setSlotsHighWater(ctx context.Context, n int) error {
-	return s.set(ctx, s.slotsKey(), []byte(strconv.Itoa(n)))
+	return s.set(ctx, s.slotsKey(), []byte(strconv.Itoa(n)), 0)
 }
 
 // readSlot returns the record of slot n, if any.
@@ -105,5 +114,57 @@ func (s *stateStore) writeSlot(ctx context.Context, n int, r txnstate.Record) er
 	if err != nil {
 		return err
 	}
-	return s.set(ctx, s.slotKey(n), b)
+	return s.set(ctx, s.slotKey(n), b, r.Fence)
+}
+
+// initFence sets slot s's owner token from its stored record (after
+// recovery) and the producer id and epoch its InitProducerID got, which are
+// higher than those of every earlier owner of the slot: a replaced instance
+// that wakes up writes with a lower token, and its records lose.
+func (o *output) initFence(ctx context.Context, s *slot) error {
+	r, ok, err := o.store.readSlot(ctx, s.n)
+	if err != nil {
+		return err
+	}
+	if ok {
+		s.fenceGen, s.fencePID = txnstate.FenceGen(r.Fence), r.ProducerID
+	}
+	pid, e, err := s.cl.ProducerID(ctx)
+	if err != nil {
+		return fmt.Errorf("transactional id %q: %w", s.id, err)
+	}
+	s.lastFence = s.fence(pid, e)
+	return nil
+}
+
+// ownerFence is the token of writes that belong to the whole instance (the
+// committed dedupe positions): the highest of its slots'. A later instance
+// initialised every slot after this one did, so its tokens are higher.
+func (o *output) ownerFence() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var t uint64
+	for _, s := range o.slots {
+		t = max(t, s.lastFence)
+	}
+	return t
+}
+
+// probeFencing writes a probe key twice, the second time with a lower token,
+// and warns if the cache took both: it does not fence (only kafka_state
+// does), so a replaced instance's late writes can overwrite the slot records
+// of the instance that replaced it.
+func (o *output) probeFencing(ctx context.Context) {
+	key := o.store.prefix + "/fence-probe"
+	t := uint64(time.Now().UnixNano())
+	err1 := o.store.set(ctx, key, []byte("1"), t|1)
+	err2 := o.store.set(ctx, key, []byte("0"), 1)
+	if errors.Is(err1, statecache.ErrFenced) || errors.Is(err2, statecache.ErrFenced) {
+		return
+	}
+	if err1 != nil || err2 != nil {
+		o.log.Warnf("kafka_eos %q: state_cache %q: the fencing probe failed: %v %v", o.conf.transactionalID, o.store.cache, err1, err2)
+		return
+	}
+	o.log.Warnf("kafka_eos %q: state_cache %q does not fence stale writers (only kafka_state does): an instance that stalls after another instance took over its transactional_id can overwrite that instance's slot records when it wakes up, and the next start then resolves the stalled instance's epoch instead of the live one's (a committed epoch not seen: in dedupe mode its positions are lost and replays duplicated; in Kafka-to-Kafka mode the offsets stay safe, they commit in the transaction)", o.conf.transactionalID, o.store.cache)
 }

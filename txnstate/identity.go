@@ -85,7 +85,8 @@ type DedupePosition struct {
 // (fixed field order, sorted slices), so equal records encode to equal bytes
 // and a cache with compare-and-set semantics can compare values.
 type Record struct {
-	// Format is the encoding version, 1 today. Decode refuses newer ones.
+	// Format is the encoding version: 1, or 2 for a record with a Fence.
+	// Decode refuses newer ones.
 	Format int `json:"format"`
 	// TransactionalID is the slot's transactional.id, "<prefix>-<n>".
 	TransactionalID string `json:"transactional_id"`
@@ -109,10 +110,33 @@ type Record struct {
 	// Reason says why a record was marked ABORTED or COMMITTED by recovery
 	// ("found committed", "timed out", ...), for operators reading the cache.
 	Reason string `json:"reason,omitempty"`
+	// Fence is the owner token the record is written with (FenceToken):
+	// a state cache that fences (kafka_state) keeps, per key, the record of
+	// the highest token, so that an instance replaced by a later one (a
+	// zombie that stalled and wakes up) cannot overwrite the later one's
+	// records. 0: written without a token (format 1).
+	Fence uint64 `json:"fence,omitempty"`
 }
 
-// FormatVersion is the Record encoding version written by this package.
-const FormatVersion = 1
+// FenceToken is the owner token of a slot's records: gen in the high 48
+// bits, the producer epoch in the low 16. The transaction coordinator gives
+// every InitProducerID of a transactional id a higher epoch than any before
+// it under the same producer id, so a later owner of the slot always holds a
+// higher token than the one it fenced. gen counts the producer ids the slot
+// went through (a new one at the epoch limit under transaction version 2,
+// whose value says nothing about order: kfake draws them at random): the
+// owner after a change of producer id takes the previous record's gen plus
+// one (FenceGen), whatever the new id's epoch.
+func FenceToken(gen uint64, epoch int16) uint64 {
+	return gen<<16 | uint64(uint16(epoch))
+}
+
+// FenceGen returns the gen of a token (FenceToken).
+func FenceGen(token uint64) uint64 { return token >> 16 }
+
+// FormatVersion is the newest Record encoding version: 2 adds Fence. A
+// record without a Fence is still written as format 1.
+const FormatVersion = 2
 
 // Sentinel errors of the encoding.
 var (
@@ -128,6 +152,9 @@ func (r *Record) Validate() error {
 	}
 	if r.TransactionalID == "" {
 		errs = append(errs, "transactional_id is empty")
+	}
+	if r.Fence != 0 && r.Format < 2 {
+		errs = append(errs, fmt.Sprintf("fence %d in a format %d record", r.Fence, r.Format))
 	}
 	if r.ProducerID < 0 || r.ProducerEpoch < 0 {
 		errs = append(errs, fmt.Sprintf("producer id/epoch %d/%d negative", r.ProducerID, r.ProducerEpoch))
@@ -165,7 +192,10 @@ func (r *Record) Normalize() {
 // the struct).
 func (r Record) Encode() ([]byte, error) {
 	if r.Format == 0 {
-		r.Format = FormatVersion
+		r.Format = 1
+	}
+	if r.Fence != 0 {
+		r.Format = max(r.Format, 2)
 	}
 	if err := r.Validate(); err != nil {
 		return nil, err

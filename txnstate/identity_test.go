@@ -39,7 +39,7 @@ func TestDecodeRejects(t *testing.T) {
 	for _, tc := range []struct{ name, in, msg string }{
 		{"garbage", `{`, "unexpected EOF"},
 		{"unknown field", `{"format":1,"transactional_id":"a-0","producer_id":1,"producer_epoch":0,"txn_version":0,"state":"PREPARED","x":1}`, "unknown field"},
-		{"newer format", `{"format":2,"transactional_id":"a-0","producer_id":1,"producer_epoch":0,"txn_version":0,"state":"PREPARED"}`, "format 2"},
+		{"newer format", `{"format":3,"transactional_id":"a-0","producer_id":1,"producer_epoch":0,"txn_version":0,"state":"PREPARED"}`, "format 3"},
 		{"bad tv", `{"format":1,"transactional_id":"a-0","producer_id":1,"producer_epoch":0,"txn_version":1,"state":"PREPARED"}`, "txn_version 1"},
 		{"bad state", `{"format":1,"transactional_id":"a-0","producer_id":1,"producer_epoch":0,"txn_version":0,"state":"DONE"}`, "state \"DONE\""},
 		{"no id", `{"format":1,"producer_id":1,"producer_epoch":0,"txn_version":0,"state":"PREPARED"}`, "transactional_id is empty"},
@@ -116,5 +116,25 @@ func TestPhaseTransitions(t *testing.T) {
 	}
 	if !PhasePrepared.MayNack() || !PhaseOpen.MayNack() {
 		t.Error("before EndTxn nacking is allowed")
+	}
+}
+
+// A record with a Fence is format 2 and round-trips; a format 1 record
+// cannot carry one; a later owner's token is higher.
+func TestFenceRecord(t *testing.T) {
+	r := Record{TransactionalID: "a-0", ProducerID: 7, ProducerEpoch: 3, State: Prepared, Fence: FenceToken(2, 3)}
+	b, err := r.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil || got.Format != 2 || got.Fence != r.Fence || FenceGen(got.Fence) != 2 {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if _, err := Decode([]byte(`{"format":1,"transactional_id":"a-0","producer_id":1,"producer_epoch":0,"txn_version":0,"state":"PREPARED","fence":5}`)); err == nil {
+		t.Fatal("format 1 with a fence accepted")
+	}
+	if FenceToken(2, 32767) >= FenceToken(3, 0) || FenceToken(2, 4) <= FenceToken(2, 3) {
+		t.Fatal("token order")
 	}
 }
