@@ -125,12 +125,20 @@ func TestSecurityKafka(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		principal := "User:" + s.denied[0]
-		_, err := e.adm.CreateACLs(ctx, kadm.NewACLs().Allow(principal).AllowHosts("*").
-			Topics(topic).Operations(kadm.OpRead, kadm.OpDescribe).ResourcePatternType(kadm.ACLPatternLiteral))
+		topicACL := kadm.NewACLs().Allow(principal).AllowHosts("*").
+			Topics(topic).Operations(kadm.OpRead, kadm.OpDescribe).ResourcePatternType(kadm.ACLPatternLiteral)
+		groupACL := kadm.NewACLs().Allow(principal).AllowHosts("*").
+			Groups(group).Operations(kadm.OpDescribe).ResourcePatternType(kadm.ACLPatternLiteral)
+		_, err := e.adm.CreateACLs(ctx, topicACL)
 		require.NoError(t, err)
-		_, err = e.adm.CreateACLs(ctx, kadm.NewACLs().Allow(principal).AllowHosts("*").
-			Groups(group).Operations(kadm.OpDescribe).ResourcePatternType(kadm.ACLPatternLiteral))
+		_, err = e.adm.CreateACLs(ctx, groupACL)
 		require.NoError(t, err)
+		t.Cleanup(func() { // the broker is shared with other packages' tests
+			dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer dcancel()
+			_, _ = e.adm.DeleteACLs(dctx, topicACL)
+			_, _ = e.adm.DeleteACLs(dctx, groupACL)
+		})
 		h := e.newInput(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\n", topic, group)+s.conf(s.denied, s.denied[1], true))
 		wait(t, 10*time.Second, func() bool { // ACLs propagate asynchronously
 			err := h.connectOnce()
