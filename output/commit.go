@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/Jeffail/shutdown"
+	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/statecache"
@@ -58,6 +59,9 @@ type testHooks struct {
 	atStep func(step commitStep, epoch uint64) error
 	// beforeCommit is called when the committer picks up an epoch.
 	beforeCommit func(epoch uint64)
+	// beforeProduce is called when a batch that joined epoch is about to
+	// wait for its turn to produce (outside o.mu).
+	beforeProduce func(epoch uint64, batch service.MessageBatch)
 }
 
 func (o *output) hook(step commitStep, ep *epoch) bool {

@@ -17,8 +17,15 @@ import (
 
 // batchRef is one WriteBatch call's batch inside an epoch.
 type batchRef struct {
-	batch service.MessageBatch
-	recs  []*kgo.Record
+	// after is closed once the batch that joined the epoch before this one
+	// handed its records over, handedCh once this one did: batches produce
+	// in the order they joined (o.mu.Unlock() and Produce are apart).
+	// before are the acked channels of the epochs live when the first
+	// batch of this epoch joined (per-partition order across epochs).
+	after, handedCh chan struct{}
+	before          []chan struct{}
+	batch           service.MessageBatch
+	recs            []*kgo.Record
 	// msgOf[i] is the message of recs[i] (an Arrow message gives several
 	// records, a message not written none).
 	msgOf []int
@@ -70,6 +77,17 @@ type epoch struct {
 	parts    map[topicPartition]txnstate.PartitionWrite
 	failed   bool
 	firstErr error
+	// Per-partition order (invariant I8): the epoch's records are all
+	// acknowledged (acked closed) once it is sealed, every batch joined
+	// handed its records over (handing 0) and every record's promise
+	// ran (pending 0); a later epoch produces only after that. Guarded by
+	// mu.
+	handing    int
+	pending    int
+	ackSealed  bool
+	acked      chan struct{}
+	ackedDone  bool
+	lastHanded chan struct{} // closed once the last batch joined handed its records over (guarded by output.mu)
 
 	phase txnstate.Phase // committer only
 	// offs are the source offsets the epoch commits (Kafka-to-Kafka;
@@ -89,6 +107,7 @@ func newEpoch(n uint64, s *slot) *epoch {
 		opened: time.Now(),
 		parts:  make(map[topicPartition]txnstate.PartitionWrite),
 		done:   make(chan struct{}),
+		acked:  make(chan struct{}),
 	}
 }
 
@@ -109,6 +128,7 @@ func (ep *epoch) advance(to txnstate.Phase) {
 // failure aborts the epoch.
 func (ep *epoch) promise(ref *batchRef, i int) func(*kgo.Record, error) {
 	return func(r *kgo.Record, err error) {
+		defer ep.recordDone()
 		if err != nil {
 			rerr := &RecordError{Topic: r.Topic, Partition: r.Partition, Size: recordSize(r), Err: err}
 			cause := fmt.Errorf("producing to topic %q: %w", r.Topic, err)
@@ -197,4 +217,45 @@ func (ep *epoch) failure() error {
 		return ep.firstErr
 	}
 	return nil
+}
+
+// recordDone counts one record's promise run.
+func (ep *epoch) recordDone() {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.pending--
+	ep.checkAckedLocked()
+}
+
+// handed counts a batch that handed n records over to the client (after
+// counting them pending, before producing them) or, with done, one that
+// finished handing them over.
+func (ep *epoch) handed(n int, done bool) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.pending += n
+	if done {
+		ep.handing--
+	}
+	ep.checkAckedLocked()
+}
+
+// sealAcked marks the epoch closed to new batches, for acked; with force the
+// epoch is over (finished): acked is closed whatever is still pending.
+func (ep *epoch) sealAcked(force bool) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.ackSealed = true
+	if force && !ep.ackedDone {
+		ep.ackedDone = true
+		close(ep.acked)
+	}
+	ep.checkAckedLocked()
+}
+
+func (ep *epoch) checkAckedLocked() {
+	if ep.ackSealed && ep.handing == 0 && ep.pending == 0 && !ep.ackedDone {
+		ep.ackedDone = true
+		close(ep.acked)
+	}
 }

@@ -308,6 +308,21 @@ func (o *output) admit(ctx context.Context, w *write, sentBack error) (*epoch, e
 	for _, r := range w.recs {
 		size += recordSize(r)
 	}
+	// Batches produce in the order they join (I8): after the batch that
+	// joined before this one, and the first batch of an epoch after every
+	// record of the epochs before it was acknowledged.
+	ref.after, ref.handedCh = ep.lastHanded, make(chan struct{})
+	ep.lastHanded = ref.handedCh
+	if ref.after == nil {
+		for _, l := range o.live {
+			if l.n < ep.n {
+				ref.before = append(ref.before, l.acked)
+			}
+		}
+	}
+	ep.mu.Lock()
+	ep.handing++
+	ep.mu.Unlock()
 	ep.batches = append(ep.batches, ref)
 	ep.records += len(w.recs)
 	ep.bytes += size
@@ -323,12 +338,37 @@ func (o *output) admit(ctx context.Context, w *write, sentBack error) (*epoch, e
 // on the output's run context, not the caller's: they belong to the epoch,
 // which other batches share.
 func (o *output) produce(ep *epoch, w *write) {
+	ref := w.ref
+	if o.hooks != nil && o.hooks.beforeProduce != nil {
+		o.hooks.beforeProduce(ep.n, w.batch)
+	}
+	defer func() {
+		close(ref.handedCh)
+		ep.handed(0, true)
+		ep.producing.Done()
+	}()
+	// In join order, and after the earlier epochs' records are
+	// acknowledged (I8). Not abandoned for the caller's context: the batch
+	// is the epoch's; only the epoch ending (aborted, stopped) or Close
+	// make producing pointless.
+	for _, ch := range append([]chan struct{}{ref.after}, ref.before...) {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ep.done:
+			return
+		case <-o.closedCh:
+			return
+		}
+	}
+	ep.handed(len(w.recs), false)
 	size := 0
 	for i, r := range w.recs {
 		size += recordSize(r)
-		ep.slot.cl.Produce(o.runCtx, r, ep.promise(w.ref, w.msgOf[i]))
+		ep.slot.cl.Produce(o.runCtx, r, ep.promise(ref, w.msgOf[i]))
 	}
-	ep.producing.Done()
 	o.m.records.Incr(int64(len(w.recs)))
 	o.m.bytes.Incr(int64(size))
 	o.m.buffered.Set(o.bufferedBytes())
@@ -433,6 +473,7 @@ func (o *output) sealLocked(ep *epoch) {
 		return
 	}
 	ep.sealed = true
+	ep.sealAcked(false)
 	if ep.timer != nil {
 		ep.timer.Stop()
 	}
@@ -482,6 +523,7 @@ func (o *output) finishLocked(ep *epoch, result error) {
 	if ep.timer != nil {
 		ep.timer.Stop()
 	}
+	ep.sealAcked(true)
 	close(ep.done)
 	if o.open != nil && o.stopErr == nil && o.shouldSealLocked(o.open) {
 		o.sealLocked(o.open)
