@@ -3,11 +3,13 @@ package output
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -262,4 +264,54 @@ func TestDedupeNoAckAfterStop(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Our own abort of a prepared epoch, then a crash before ABORTED was written:
+// the restart finds the epoch aborted from DescribeTransactions alone (TV0:
+// CompleteAbort at the stored epoch, which an EndTxn(abort) keeps), even when
+// the Fetch probe cannot answer because the records are gone from the log
+// (compacted or deleted: here DeleteRecords past them). On the original code
+// TV0 left that state to the probe, and the start stopped in doubt.
+func TestKafkaOwnAbortThenCrash(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		res := newResources()
+		a := newTestOutput(t, res, env.yaml(""))
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := a.WriteBatch(ctx, batchOf("ok", 2)); err != nil {
+			t.Fatal(err)
+		}
+		a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+			if s == stepPrepared && n == 2 {
+				// The abort is sent, then the process dies before
+				// the ABORTED record.
+				sl := a.slots[txnstate.SlotFor(n, len(a.slots))]
+				if err := sl.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+					t.Errorf("abort: %v", err)
+				}
+				return errCrash
+			}
+			return nil
+		}}
+		_ = a.WriteBatch(ctx, batchOf("aborted", 2))
+		r, _ := slotRecord(t, a, txnstate.SlotFor(2, len(a.slots)))
+		if r.Epoch != 2 || r.State != txnstate.Prepared {
+			t.Fatalf("record %+v, want epoch 2 PREPARED", r)
+		}
+		// The log loses the epoch's records: the probe cannot answer.
+		adm := kafkatest.Admin(t, strings.Join(env.brokers, ","))
+		ends, err := adm.ListEndOffsets(ctx, env.topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var del kadm.Offsets
+		ends.Each(func(o kadm.ListedOffset) { del.AddOffset(o.Topic, o.Partition, o.Offset, -1) })
+		if _, err := adm.DeleteRecords(ctx, del); err != nil {
+			t.Fatal(err)
+		}
+		b := newTestOutput(t, res, env.yaml(""))
+		if r, _ := slotRecord(t, b, txnstate.SlotFor(2, len(b.slots))); r.Epoch != 2 || r.State != txnstate.Aborted {
+			t.Fatalf("after the restart: %+v, want epoch 2 found aborted", r)
+		}
+	})
 }

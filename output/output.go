@@ -435,9 +435,21 @@ func (o *output) joinLocked(ctx context.Context) (*epoch, error) {
 		if err := s.cl.BeginTransaction(); err != nil {
 			return nil, o.stopLocked(fmt.Errorf("kafka_eos: begin transaction on %q: %w", s.id, err), true)
 		}
+		// Cached in the client after InitProducerID: no request, unless
+		// franz-go dropped the producer id after an error and loads it
+		// again. That runs under o.mu, so it is bounded by the commit
+		// budget on the output's own context (the caller's may be
+		// Background: CommitOffsets' periodic hand-over); a failure nacks
+		// the batch, and the next epoch on the slot asks again.
+		pctx, cancel := context.WithTimeout(o.runCtx, o.conf.commitBudget)
+		pid, pepoch, err := s.cl.ProducerID(pctx)
+		cancel()
+		if err != nil {
+			_ = s.cl.EndTransaction(o.runCtx, kgo.TryAbort) // nothing produced: no request
+			return nil, fmt.Errorf("kafka_eos: producer id of %q: %w", s.id, err)
+		}
 		ep := newEpoch(o.nextEpoch, s)
-		// Cached in the client after InitProducerID: no request.
-		ep.pid, ep.pepoch, _ = s.cl.ProducerID(ctx)
+		ep.pid, ep.pepoch = pid, pepoch
 		o.nextEpoch++
 		s.busy = true
 		s.freeCh = make(chan struct{})

@@ -69,6 +69,7 @@ func (o Observation) String() string {
 //	PrepareCommit at e (TV0) / e+1 (TV2)                  committed (the
 //	    coordinator has durably decided; markers are being written)
 //	CompleteAbort at e+1 (TV0) / e+1 or e+2 (TV2)         aborted (timed out)
+//	CompleteAbort at e (TV0)                              aborted (our abort)
 //	PrepareAbort at the pid, epoch e..e+2                 aborted
 //	anything else, not found, a later transaction         unknown: probe
 //
@@ -108,6 +109,12 @@ func Decide(r Record, o Observation) Outcome {
 		// CompleteAbort e+1 as well. Either is an abort of the slot's
 		// newest transaction, ours by the slot invariant.
 		if samePID && (oe == e+1 || (r.TxnVersion == TV2 && oe == e+2)) {
+			return FoundAborted
+		}
+		// Our own EndTxn(abort) under TV0 keeps the epoch (an abort
+		// whose ABORTED record was not written before a crash): by the
+		// slot invariant the newest transaction at (pid, e) is r's.
+		if samePID && r.TxnVersion == TV0 && oe == e {
 			return FoundAborted
 		}
 	case BrokerPrepareAbort:
