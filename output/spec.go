@@ -290,11 +290,11 @@ or whose Arrow body does not decode can never be written as it is. It is never
 acknowledged: it fails alone, with an error that begins with
 `+"`kafka_eos: message cannot be written`"+` and names its source (topic, partition
 and offset from the `+"`kafka_*`"+` metadata) and the field. Its batch-mates are
-written and acknowledged, except those that cannot be committed past it: in
-Kafka-to-Kafka mode the later messages of its source partition (the partition's
-offset is committed up to it), in dedupe mode the later messages of its key. They
-fail with an error that begins with `+"`kafka_eos: not written: held back`"+` and are
-replayed. A record the broker or the client refuses for good (larger than the
+written and acknowledged once committed; in Kafka-to-Kafka mode its source offset
+commits with theirs (after a restart the input does not read it again: only a
+dead-letter route keeps it), in dedupe mode the later messages of its key are held
+back (they fail with an error that begins with `+"`kafka_eos: not written: held back`"+`
+and are replayed). A record the broker or the client refuses for good (larger than the
 topic's `+"`max.message.bytes`"+`, invalid for the topic, a partition the topic does
 not have) aborts its epoch the first time; its message fails in the same way, and
 its replay fails before anything is produced.
@@ -306,7 +306,11 @@ and rejects the others (they are replayed); see
 comes back to the output (nacked and replayed: no route took it) stops the
 pipeline with an error naming it: replaying it cannot help. A plain `+"`fallback`"+` to
 a dead-letter output would also divert the messages of an aborted epoch, which
-are fine to replay.
+are fine to replay. Under output `+"`batching`"+` Benthos reports errors per input batch:
+the dead-letter output receives the whole input batch of such a message (the others
+are written to the topic as well). In Kafka-to-Kafka mode output `+"`batching`"+` needs
+`+"`pipeline.threads: 1`"+`: with several threads the batcher combines input batches out of
+order, and output batches that wait for each other's ranges are nacked again and again.
 
 ### Errors
 
