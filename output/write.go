@@ -187,7 +187,8 @@ func newPoisons() *poisons {
 }
 
 // id identifies a message across a replay: its source (topic, partition,
-// offset) when it carries one, else its content (body and metadata).
+// offset, and the assignment it was read under) when it carries one, else
+// its content (body and metadata).
 func (p *poisons) id(m *service.Message) uint64 {
 	var h maphash.Hash
 	h.SetSeed(p.seed)
@@ -196,6 +197,11 @@ func (p *poisons) id(m *service.Message) uint64 {
 	off, ook := sourceOffset(m)
 	if tok && pok && ook {
 		fmt.Fprintf(&h, "src\x00%v\x00%v\x00%d", t, pa, off)
+		if s, ok := handover.SpanOf(m); ok {
+			// Read again under a new assignment of its partition (a
+			// rebalance), it is a new delivery, not one sent back.
+			fmt.Fprintf(&h, "\x00%d\x00%d", s.Assignment, s.Generation)
+		}
 		return h.Sum64()
 	}
 	if s, ok := handover.SpanOf(m); ok {

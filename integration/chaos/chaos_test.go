@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -91,7 +92,7 @@ func loadKnobs(t *testing.T) knobs {
 		k2kStrict:   envInt(t, "CHAOS_K2K_STRICT", 0) == 1,
 		step:        0.2,
 		tvs:         []int{0, 2},
-		runs:        []string{"plain/2to3", "k2k/2to3", "k2k/1to1", "k2k/1to1-arrow", "dedupe/2to3", "k2k/2to3-unbounded"},
+		runs:        []string{"plain/2to3", "k2k/2to3", "k2k/1to1", "k2k/1to1-arrow", "k2k/1to1-batching", "dedupe/2to3", "k2k/2to3-unbounded"},
 		seed:        uint64(time.Now().UnixNano()),
 		timeout:     10 * time.Minute,
 		keep:        os.Getenv("CHAOS_KEEP") == "1",
@@ -178,8 +179,10 @@ func binary(t *testing.T) string {
 // (exactly-once); variants: 2to3 (input 2 partitions, output 3, keyed by the
 // value), 1to1 (2 and 2, partition kept, per-partition order checked),
 // 1to1-arrow (1to1 with both sides in Arrow mode: kafka_native format: arrow,
-// kafka_eos input_format: arrow, each row keeping its partition) and
-// 2to3-unbounded (group membership, no stop, two processes: every kill is a
+// kafka_eos input_format: arrow, each row keeping its partition),
+// 1to1-batching (k2k 1to1 with output batching, a dead-letter route, and a
+// record too large for the output in the input: reported there, everything
+// else exactly once) and 2to3-unbounded (group membership, no stop, two processes: every kill is a
 // rebalance; a dead member holds its partitions for its 10 s session
 // timeout; broker bounces are clean, see knobs.brokerKill9).
 //
@@ -315,6 +318,9 @@ type runCfg struct {
 	rate          int
 	maxInFlight   int
 	batch         int
+	// deadLetters is the directory of the batching variant's dead-letter
+	// output.
+	deadLetters string
 	// stops are the input's end offsets once its last records (the tail)
 	// are written, after the rounds: the bounded processes read to them
 	// (stop_offset: specific), so no copy can finish before its rounds ran.
@@ -324,6 +330,25 @@ type runCfg struct {
 // unbounded: the processes read with group membership and no stop; the
 // suite stops them once everything is copied.
 func (c runCfg) unbounded() bool { return strings.HasSuffix(c.variant, "-unbounded") }
+
+// batching: output batching and a record too large for the output in the
+// input, routed to a dead-letter directory.
+func (c runCfg) batching() bool { return strings.HasSuffix(c.variant, "-batching") }
+
+// indent prefixes every line of s with pre.
+func indent(s, pre string) string {
+	lines := strings.SplitAfter(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = pre + l
+		}
+	}
+	return strings.Join(lines, "")
+}
+
+// oversized is the value of the batching variant's record too large for the
+// output (max_message_bytes 65536 there).
+var oversized = bytes.Repeat([]byte("X"), 100_000)
 
 // arrow: both sides in Arrow mode (kafka_native format: arrow, one message
 // per partition batch; kafka_eos input_format: arrow, one record per row).
@@ -387,24 +412,34 @@ input:
 	if c.rate > 0 {
 		b.WriteString("  processors:\n    - rate_limit:\n        resource: throttle\n")
 	}
-	fmt.Fprintf(&b, `output:
-  kafka_eos:
-    seed_brokers: [ %[1]s ]
+	out := &strings.Builder{}
+	fmt.Fprintf(out, `    seed_brokers: [ %[1]s ]
     topic: %[2]s
     transactional_id: %[3]s-%[4]d
     state_cache: eos_state
     epoch:
       interval: 100ms
 `, c.brokers, c.out, c.txnID, i)
+	ob := b
+	b = strings.Builder{}
 	switch c.variant {
 	case "2to3", "2to3-unbounded":
 		b.WriteString("    key: '${! content() }'\n    partitioner: murmur2\n")
 		if c.maxInFlight > 0 {
 			fmt.Fprintf(&b, "    max_in_flight: %d\n", c.maxInFlight)
 		}
-	case "1to1":
-		// Order per partition needs one batch in flight (kafka_native docs).
-		b.WriteString("    partitioner: manual\n    partition: '${! metadata(\"kafka_partition\") }'\n    max_in_flight: 1\n")
+	case "1to1", "1to1-batching":
+		// Each record keeps its partition; order per partition is checked.
+		// Kafka-to-Kafka mode keeps it with batches in flight together
+		// (each waits for its predecessor, epochs write a partition in
+		// order); plain mode only with one in flight.
+		b.WriteString("    partitioner: manual\n    partition: '${! metadata(\"kafka_partition\") }'\n")
+		fmt.Fprintf(&b, "    max_in_flight: %s\n", inFlight(c.mode, c.variant, c.maxInFlight))
+		if c.batching() {
+			// Output batching across input batches, and a record in the
+			// input too large for max_message_bytes (runChaos writes it).
+			b.WriteString("    max_message_bytes: 65536\n    batching:\n      count: 64\n      period: 20ms\n")
+		}
 	case "1to1-arrow":
 		// Each row keeps its partition under the manual partitioner.
 		// Source timestamps kept: the producer then runs without franz-go's
@@ -417,6 +452,29 @@ input:
 	}
 	if c.mode == "dedupe" {
 		b.WriteString("    dedupe:\n      key: '${! metadata(\"kafka_partition\") }'\n      position: '${! metadata(\"kafka_offset\") }'\n")
+	}
+	out.WriteString(b.String())
+	b = ob
+	if c.batching() {
+		// The dead-letter route of config/examples/kafka_eos_dead_letter.yaml:
+		// a message that cannot be written goes to a file named by its
+		// source partition and offset; any other failure is rejected
+		// (replayed).
+		fmt.Fprintf(&b, `output:
+  fallback:
+    - kafka_eos:
+%s    - switch:
+        cases:
+          - check: '@fallback_error.has_prefix("kafka_eos: message cannot be written")'
+            output:
+              file:
+                path: '%s/${! metadata("kafka_partition") }-${! metadata("kafka_offset") }.msg'
+                codec: all-bytes
+          - output:
+              reject: '${! @fallback_error }'
+`, indent(out.String(), "    "), c.deadLetters)
+	} else {
+		b.WriteString("output:\n  kafka_eos:\n" + out.String())
 	}
 	fmt.Fprintf(&b, `cache_resources:
   - label: eos_state
@@ -457,9 +515,12 @@ type stats struct {
 
 func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed uint64) {
 	switch variant {
-	case "2to3", "1to1", "2to3-unbounded", "1to1-arrow":
+	case "2to3", "1to1", "2to3-unbounded", "1to1-arrow", "1to1-batching":
 	default:
-		t.Fatalf("unknown variant %q (2to3, 1to1, 2to3-unbounded, 1to1-arrow)", variant)
+		t.Fatalf("unknown variant %q (2to3, 1to1, 2to3-unbounded, 1to1-arrow, 1to1-batching)", variant)
+	}
+	if variant == "1to1-batching" && mode != "k2k" {
+		t.Fatalf("the batching variant runs in k2k mode, not %s", mode)
 	}
 	switch mode {
 	case "plain", "k2k":
@@ -507,7 +568,11 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		in: "lint-in", out: "lint-out", outParts: outParts,
 		group: uniq + "-group", state: uniq + "-state", txnID: uniq,
 		processes: k.processes, rate: k.rate, maxInFlight: k.maxInFlight, batch: k.batch,
-		stops: map[int32]int64{0: 1, 1: 1}, // for lint; set below
+		stops:       map[int32]int64{0: 1, 1: 1}, // for lint; set below
+		deadLetters: filepath.Join(logDir, "dead-letters"),
+	}
+	if err := os.MkdirAll(c.deadLetters, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	strict := mode == "k2k" && k.k2kStrict
 	if strict || mode == "dedupe" {
@@ -548,9 +613,18 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	if err := checkEnds(ctx, b.addr, c.in, input); err != nil {
 		t.Fatal(err)
 	}
+	// The batching variant: one record too large for the output at the end
+	// of partition 0's head, copied through the rounds like the rest.
+	extra := map[int32]int{}
+	if c.batching() {
+		if err := writeOversized(ctx, b.addr, c.in, int64(len(input[0]))); err != nil {
+			t.Fatal(err)
+		}
+		extra[0] = 1
+	}
 	c.stops = map[int32]int64{}
 	for p := range int32(2) {
-		c.stops[p] = int64(len(input[p]) + split[p])
+		c.stops[p] = int64(len(input[p]) + extra[p] + split[p])
 	}
 	t.Logf("input %s head filled: %d of %d records (partition 0: %d, partition 1: %d); the tail completes the ends %v", c.in, head, k.records, len(input[0]), len(input[1]), c.stops)
 	confs := make([]string, k.processes)
@@ -814,7 +888,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	at := prog.distinct.Load()
 	t.Logf("the %d rounds ran (copy at %d/%d records); writing the input's last %d records", len(plan), at, n, nTail)
 	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
-	tail, err := fillTail(tctx, b.addr, c.in, head, split, input)
+	tail, err := fillTail(tctx, b.addr, c.in, head, split, input, extra)
 	tcancel()
 	if err != nil {
 		t.Fatal(err)
@@ -956,7 +1030,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		"rate=%d max_in_flight=%s batch=%d start_offsets=%v seed=%d copy_s=%.0f",
 		mode, variant, b.tv, k.processes, n, total, v.dups, v.missing, v.extra, v.wrongKey, v.wrongPart,
 		st.kills, st.sigterms, st.brokerHard+st.brokerClean, st.brokerHard, st.brokerClean, st.zombies, st.zombieExits, st.idleZombies,
-		len(st.unplanned), strings.Join(dec, " "), c.rate, inFlight(variant, c.maxInFlight), cmp.Or(k.batch, 1024), strict, seed, copied.Seconds())
+		len(st.unplanned), strings.Join(dec, " "), c.rate, inFlight(mode, variant, c.maxInFlight), cmp.Or(k.batch, 1024), strict, seed, copied.Seconds())
 	fmt.Println(summary)
 	t.Log(summary)
 	if f := os.Getenv("CHAOS_SUMMARY"); f != "" {
@@ -979,6 +1053,18 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 
 	for _, f := range v.failures {
 		t.Error(f)
+	}
+	if c.batching() {
+		// The record too large for the output is never in it (extra
+		// above) and was reported: the dead-letter output holds it,
+		// named by its offset, at least once (a kill after the dead
+		// letter was written and before its batch's offsets committed
+		// writes it again).
+		want := fmt.Sprintf("0-%d.msg", c.stops[0]-int64(split[0])-1)
+		if b, err := os.ReadFile(filepath.Join(c.deadLetters, want)); err != nil || !bytes.Equal(b, oversized) {
+			names, _ := filepath.Glob(filepath.Join(c.deadLetters, "*"))
+			t.Errorf("REPORT: the record too large for the output is not in the dead-letter output as %s (%v); it holds %d files", want, err, len(names))
+		}
 	}
 	if v.missing > 0 {
 		writeMissing(filepath.Join(logDir, "missing.txt"), v.seen, input)
@@ -1122,10 +1208,12 @@ func firstDiff(want, got []int) string {
 	return fmt.Sprintf("lengths %d and %d", len(want), len(got))
 }
 
-// inFlight names the output's max_in_flight of a run, for the summary.
-func inFlight(variant string, knob int) string {
+// inFlight names the output's max_in_flight of a run (and for the summary):
+// the knob, or 1 where order needs it (plain mode's 1to1, Arrow) or the mode
+// does (dedupe's lint rule).
+func inFlight(mode, variant string, knob int) string {
 	switch {
-	case strings.HasPrefix(variant, "1to1"):
+	case mode == "dedupe", variant == "1to1-arrow", mode == "plain" && strings.HasPrefix(variant, "1to1"):
 		return "1"
 	case knob > 0:
 		return strconv.Itoa(knob)

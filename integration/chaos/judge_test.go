@@ -134,7 +134,7 @@ func checkEnds(ctx context.Context, brokers, topic string, input map[int32][]int
 // idempotent producer (acks=all), and checks that each landed at the offset
 // the processes' stops count on (right after the head). It returns the tail
 // values per partition in offset order.
-func fillTail(ctx context.Context, brokers, topic string, head int, split map[int32]int, input map[int32][]int) (map[int32][]int, error) {
+func fillTail(ctx context.Context, brokers, topic string, head int, split map[int32]int, input map[int32][]int, extra map[int32]int) (map[int32][]int, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -152,13 +152,33 @@ func fillTail(ctx context.Context, brokers, topic string, head int, split map[in
 	out := map[int32][]int{}
 	for _, r := range res {
 		p := r.Record.Partition
-		if want := int64(len(input[p]) + len(out[p])); r.Record.Offset != want {
+		if want := int64(len(input[p]) + extra[p] + len(out[p])); r.Record.Offset != want {
 			return nil, fmt.Errorf("tail record %s landed at %d/%d, want offset %d (the processes' stop counts on it)", r.Record.Value, p, r.Record.Offset, want)
 		}
 		v, _ := strconv.Atoi(string(r.Record.Value))
 		out[p] = append(out[p], v)
 	}
 	return out, nil
+}
+
+// writeOversized writes the batching variant's record too large for the
+// output to partition 0 of topic, where it must land at offset at (the
+// processes' stops count on it).
+func writeOversized(ctx context.Context, brokers, topic string, at int64) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	r, err := cl.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: oversized}).First()
+	if err != nil {
+		return fmt.Errorf("writing the oversized record to %s: %v", topic, err)
+	}
+	if r.Offset != at {
+		return fmt.Errorf("the oversized record landed at 0/%d, want %d", r.Offset, at)
+	}
+	return nil
 }
 
 // consoleJudge is Kafka's ConsoleConsumer reading a topic from the beginning
