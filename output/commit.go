@@ -277,7 +277,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	}
 	o.m.buffered.Set(o.bufferedBytes())
 	o.rewarm(ctx, ep.slot) // after an in-doubt commit the client is spent
-	o.releaseSlot(ep.slot)
+	o.releaseChecked(ep, true, committed) // hanging.go
 }
 
 // endOffsetsOnly ends an epoch that carries source offsets and no records.
@@ -511,7 +511,7 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	o.finishLocked(ep, &EpochError{Epoch: ep.n, Cause: cause})
 	o.mu.Unlock()
 	o.rewarm(ctx, s)
-	o.releaseSlot(s)
+	o.releaseChecked(ep, false, recordOf(rec)) // hanging.go
 }
 
 // rewarm replaces a broken slot's client with a fresh, initialised one.

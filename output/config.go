@@ -47,6 +47,8 @@ type config struct {
 	dedupe *dedupeConf
 	// unknownTopicGrace bounds one outage of unknown-topic failures.
 	unknownTopicGrace time.Duration
+	// repairHanging: close our own hanging transactions (hanging.go).
+	repairHanging bool
 }
 
 // dedupeConf is the dedupe block: how to read a message's key and position.
@@ -253,6 +255,9 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 		}
 		c.dedupe = d
 		c.mode = txnstate.Dedupe
+	}
+	if c.repairHanging, err = conf.FieldBool(keoFieldRepairHangs); err != nil {
+		return nil, fieldErr(keoFieldRepairHangs, err)
 	}
 	return c, nil
 }

@@ -23,7 +23,11 @@ func TestMain(m *testing.M) {
 	if yaml := os.Getenv(childEnv); yaml != "" {
 		os.Exit(runChild(yaml))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for _, stop := range stopAfterTests { // brokers the tests started (hanging_kafka_test.go)
+		stop()
+	}
+	os.Exit(code)
 }
 
 func runChild(yaml string) int {

@@ -63,7 +63,8 @@ type output struct {
 	// between the modes.
 	mode mode
 	// poison remembers the messages reported as unwritable.
-	poison *poisons
+	poison  *poisons
+	hanging *hangingChecker // hanging.go
 	// k2k is the Kafka-to-Kafka state (consumer_group set), nil otherwise.
 	k2k *k2k
 	// dd holds the dedupe positions (dedupe mode; guarded by mu), loaded
@@ -224,6 +225,7 @@ func (o *output) connectLocked(ctx context.Context) error {
 	o.runCtx, o.runCancel = context.WithCancel(context.Background())
 	o.committer = newCommitter(o)
 	go o.committer.run()
+	o.startHanging(ctx)
 	o.connected = true
 	o.readyOnce.Do(func() {
 		close(o.readyCh)

@@ -450,6 +450,7 @@ on their increase sees the first one.
 				Description("How long records may keep failing because their topic or partition is unknown to the brokers (each such failure aborts the epoch and the batch is replayed) before the pipeline stops (connect-eos exits 3) with an error naming the topic. It measures one outage, from the first such failure after the last committed epoch; a committed epoch ends it. The error is raised at the first failure past this period (Benthos backs off between replays, so that can be some seconds later). The same default as `kafka_native`'s. Default 30s.").
 				Default("30s").
 				Advanced(),
+			repairHangingField(),
 			service.NewBatchPolicyField(keoFieldBatching),
 		).
 		LintRule(lintRule).

@@ -1,0 +1,70 @@
+package output
+
+import (
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// TestGroupPartition checks Kafka's partitionFor(group) against values
+// computed with Java's String.hashCode (jshell): non-ASCII, a surrogate pair,
+// and the string whose hash is Integer.MIN_VALUE (Utils.abs makes it 0).
+func TestGroupPartition(t *testing.T) {
+	for _, c := range []struct {
+		group    string
+		p10, p50 int32
+	}{
+		{"my-group", 2, 12},
+		{"chaos-k2k-2to3-1795975152100132593-group", 2, 2},
+		{"grüße-€", 0, 0},
+		{"a\U0001F600b", 4, 44},
+		{"polygenelubricants", 0, 0},
+	} {
+		if got := groupPartition(c.group, 10); got != c.p10 {
+			t.Errorf("%q mod 10: %d, want %d", c.group, got, c.p10)
+		}
+		if got := groupPartition(c.group, 50); got != c.p50 {
+			t.Errorf("%q mod 50: %d, want %d", c.group, got, c.p50)
+		}
+	}
+}
+
+// TestHangingContradicts: the coordinator's record contradicts the output's
+// decision only for the same producer id at the epoch the EndTxn leaves (e
+// under TV0, e+1 under TV2) in the other Complete state.
+func TestHangingContradicts(t *testing.T) {
+	t0 := endedTxn{slot: &slot{id: "x-0"}, pid: 7, pepoch: 3, tv: txnstate.TV0, commit: true}
+	t2 := t0
+	t2.tv = txnstate.TV2
+	for _, c := range []struct {
+		name string
+		t    endedTxn
+		st   kadm.DescribedTransaction
+		want bool
+	}{
+		{"tv0 commit, CompleteAbort at e", t0, kadm.DescribedTransaction{ProducerID: 7, ProducerEpoch: 3, State: txnstate.BrokerCompleteAbort}, true},
+		{"tv0 commit, CompleteCommit at e", t0, kadm.DescribedTransaction{ProducerID: 7, ProducerEpoch: 3, State: txnstate.BrokerCompleteCommit}, false},
+		{"tv0 commit, CompleteAbort at e+1 (a later init)", t0, kadm.DescribedTransaction{ProducerID: 7, ProducerEpoch: 4, State: txnstate.BrokerCompleteAbort}, false},
+		{"tv2 commit, CompleteAbort at e+1", t2, kadm.DescribedTransaction{ProducerID: 7, ProducerEpoch: 4, State: txnstate.BrokerCompleteAbort}, true},
+		{"tv2 commit, CompleteAbort at e", t2, kadm.DescribedTransaction{ProducerID: 7, ProducerEpoch: 3, State: txnstate.BrokerCompleteAbort}, false},
+		{"other producer id", t0, kadm.DescribedTransaction{ProducerID: 8, ProducerEpoch: 3, State: txnstate.BrokerCompleteAbort}, false},
+		{"tv0 abort, CompleteCommit at e", endedTxn{slot: t0.slot, pid: 7, pepoch: 3}, kadm.DescribedTransaction{ProducerID: 7, ProducerEpoch: 3, State: txnstate.BrokerCompleteCommit}, true},
+		{"tv0 commit, Empty at e", t0, kadm.DescribedTransaction{ProducerID: 7, ProducerEpoch: 3, State: "Empty"}, false},
+	} {
+		if got := contradicts(c.t, c.st); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	for _, s := range []string{txnstate.BrokerPrepareCommit, txnstate.BrokerPrepareAbort, txnstate.BrokerPrepareEpochFence} {
+		if !inFlight(kadm.DescribedTransaction{State: s}) {
+			t.Errorf("%s: markers may be in flight", s)
+		}
+	}
+	for _, s := range []string{txnstate.BrokerCompleteCommit, txnstate.BrokerCompleteAbort, "Empty", txnstate.BrokerOngoing} {
+		if inFlight(kadm.DescribedTransaction{State: s}) {
+			t.Errorf("%s: the coordinator is done with the transaction", s)
+		}
+	}
+}
