@@ -276,7 +276,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		return
 	}
 	o.m.buffered.Set(o.bufferedBytes())
-	o.rewarm(ctx, ep.slot) // after an in-doubt commit the client is spent
+	o.rewarm(ctx, ep.slot)                // after an in-doubt commit the client is spent
 	o.releaseChecked(ep, true, committed) // hanging.go
 }
 

@@ -106,7 +106,9 @@ type openPart struct {
 	coordEp   int32 // the coordinator epoch of the producer's last marker there (-1: none)
 }
 
-func (p openPart) String() string { return fmt.Sprintf("%s/%d from offset %d", p.topic, p.partition, p.start) }
+func (p openPart) String() string {
+	return fmt.Sprintf("%s/%d from offset %d", p.topic, p.partition, p.start)
+}
 
 // hangingJob is an ended transaction to check; release: the slot is held
 // for the check and released after it.
