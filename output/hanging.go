@@ -566,12 +566,40 @@ func (h *hangingChecker) hung(ctx context.Context, t endedTxn, st kadm.Described
 		why = keoFieldRepairHangs + " is false"
 	}
 	if why == "" {
-		err := h.writeMarkers(ctx, t, open)
-		if err == nil {
-			var still []openPart
-			if still, err = h.openOf(ctx, t); err == nil && len(still) > 0 {
-				err = fmt.Errorf("still open after the markers: %v", still)
+		// A marker can fail for a moment (a leader moving, the
+		// coordinator epoch the partition saw moving on): retried with
+		// what the partitions show now, until the check's deadline.
+		var err error
+		meanwhile := false
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+			if err = h.writeMarkers(ctx, t, open); err == nil || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+				var still []openPart
+				if still, err = h.openOf(ctx, t); err == nil && len(still) > 0 {
+					err = fmt.Errorf("still open after the markers: %v", still)
+				}
+				if err == nil || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+					break
+				}
 			}
+			o.log.Debugf("kafka_eos: closing the hanging transaction of %v: %v", t, err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			var now []openPart
+			if now, err = h.openOf(ctx, t); err == nil && len(now) == 0 {
+				meanwhile = true // a marker landed after all
+				break
+			} else if err == nil {
+				open = now
+			}
+		}
+		if err == nil && meanwhile {
+			o.log.Warnf("kafka_eos: the hanging transaction of %v was closed by another marker while the output retried its own", t)
+			return
 		}
 		if err == nil {
 			h.count(hangingRepaired, len(open))

@@ -617,10 +617,13 @@ func withTopic(ctx context.Context, adm *kadm.Client, topic string, partitions i
 	return fn()
 }
 
+// createTopic creates topic with the broker's default replication factor (1
+// on up.sh's broker; 3 with min.insync.replicas 2 on up-cluster.sh's, for
+// -brokers naming a node of that cluster).
 func createTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopic(ctx, int32(partitions), 1, nil, topic)
+	resp, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, topic)
 	if err == nil {
 		err = resp.Err
 	}

@@ -39,6 +39,11 @@ type broker struct {
 	mu    sync.Mutex
 	child *exec.Cmd     // the broker when this process relaunched it
 	done  chan struct{} // closed when child was reaped
+
+	// cluster is set for the cluster variant (cluster_test.go): addr is
+	// then the bootstrap list and dir the cluster's state dir; its rounds
+	// act on cluster.nodes.
+	cluster *cluster
 }
 
 // upBroker starts (or reuses) the broker named name with up.sh.

@@ -60,6 +60,9 @@ type knobs struct {
 	// the group's offsets for good (KAFKA-5202, docs/exactly-once.md), a
 	// Kafka limitation that a multi-broker cluster does not have.
 	brokerKill9 bool
+	// cluster: the cluster variant's rounds (cluster_test.go), none in
+	// the single-node runs.
+	cluster clusterKnobs
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -281,6 +284,7 @@ func (k knobs) plan(rng *rand.Rand) []event {
 	for range k.brokerRestarts {
 		special = append(special, evBrokerHard) // alternated in time order below
 	}
+	special = append(special, k.cluster.events()...)
 	rng.Shuffle(len(special), func(i, j int) { special[i], special[j] = special[j], special[i] })
 	total := len(special) + k.kills
 	evs := make([]event, total)
@@ -511,6 +515,7 @@ type stats struct {
 	zombieExits                                       []int
 	idleZombies                                       int
 	killsAt                                           []int64 // the copy's progress when each SIGKILL landed
+	cl                                                clusterStats
 }
 
 func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed uint64) {
@@ -753,7 +758,12 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 				t.Logf("no progress: %s", stallReport(b, c))
 				// The broker's state dir goes with the run: keep its
 				// log (transaction marker errors show there).
-				if out, err := exec.Command("cp", "-r", filepath.Join(b.dir, "logs"), filepath.Join(logDir, "broker-logs")).CombinedOutput(); err != nil {
+				args := []string{"-r", filepath.Join(b.dir, "logs"), filepath.Join(logDir, "broker-logs")}
+				if b.cluster != nil { // every node's, under logDir/<its path>
+					nodes, _ := filepath.Glob(filepath.Join(b.dir, "n*", "logs"))
+					args = append(append([]string{"-r", "--parents"}, nodes...), logDir)
+				}
+				if out, err := exec.Command("cp", args...).CombinedOutput(); err != nil {
 					t.Logf("copying the broker's logs: %v: %s", err, out)
 				}
 				t.Fatalf("no progress for 2 minutes at %d of %d records (goroutine dumps of the live processes, SIGQUIT, in the logs in %s)", d, k.records, logDir)
@@ -861,6 +871,15 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 			} else {
 				st.brokerClean++
 			}
+		case evTxnCoordKill, evLeaderKill, evGroupCoordKill, evRolling:
+			if b.cluster == nil {
+				t.Fatalf("round %d: %s needs the cluster variant", round+1, ev)
+			}
+			started := time.Now()
+			if err := b.cluster.round(ctx, ev, c, i, rng, &st.cl); err != nil {
+				t.Fatalf("round %d: %v", round+1, err)
+			}
+			t.Logf("round %d: %s done in %v (%s)", round+1, ev, time.Since(started).Round(time.Millisecond), st.cl.targets[len(st.cl.targets)-1])
 		case evZombie:
 			// The old process freezes (SIGSTOP) as if partitioned away; a
 			// new one with the same transactional_id takes over (its
@@ -1031,6 +1050,15 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		mode, variant, b.tv, k.processes, n, total, v.dups, v.missing, v.extra, v.wrongKey, v.wrongPart,
 		st.kills, st.sigterms, st.brokerHard+st.brokerClean, st.brokerHard, st.brokerClean, st.zombies, st.zombieExits, st.idleZombies,
 		len(st.unplanned), strings.Join(dec, " "), c.rate, inFlight(mode, variant, c.maxInFlight), cmp.Or(k.batch, 1024), strict, seed, copied.Seconds())
+	if b.cluster != nil {
+		var logs []string
+		for _, cp := range all {
+			logs = append(logs, cp.logPath)
+		}
+		found, closed := processLogCounts(logs)
+		summary += st.cl.summary() + fmt.Sprintf(" hanging_found=%d hanging_closed=%d", found, closed)
+		k.keep = k.keep || found > 0 // the logs say what hung and why
+	}
 	fmt.Println(summary)
 	t.Log(summary)
 	if f := os.Getenv("CHAOS_SUMMARY"); f != "" {
@@ -1141,6 +1169,18 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		t.Errorf("find-hanging: %v", err)
 	} else if len(hanging) > 0 {
 		t.Errorf("hanging transactions: %v", hanging)
+	}
+	if b.cluster != nil {
+		// find-hanging lists only transactions open longer than the
+		// maximum transaction timeout (15 minutes): with every process
+		// stopped, nothing may be open in the output or the offsets.
+		octx, ocancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer ocancel()
+		if open, err := openAtEnd(octx, adm, 2*time.Minute, c.out, "__consumer_offsets"); err != nil {
+			t.Errorf("DescribeProducers at the end: %v", err)
+		} else if len(open) > 0 {
+			t.Errorf("transactions still open at the end (every process stopped): %v", open)
+		}
 	}
 }
 
@@ -1287,7 +1327,7 @@ func writeMissing(path string, seen []int, input map[int32][]int) {
 func stallReport(b *broker, c runCfg) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addr))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(b.addr, ",")...))
 	if err != nil {
 		return err.Error()
 	}

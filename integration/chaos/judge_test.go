@@ -108,7 +108,7 @@ func tailSplit(n int) map[int32]int { return map[int32]int{0: (n + 1) / 2, 1: n 
 // fill reported (offsets 0..len-1), so that the stops computed from it are
 // the ends the tail completes.
 func checkEnds(ctx context.Context, brokers, topic string, input map[int32][]int) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func checkEnds(ctx context.Context, brokers, topic string, input map[int32][]int
 // the processes' stops count on (right after the head). It returns the tail
 // values per partition in offset order.
 func fillTail(ctx context.Context, brokers, topic string, head int, split map[int32]int, input map[int32][]int, extra map[int32]int) (map[int32][]int, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return nil, err
@@ -317,7 +317,7 @@ type progress struct {
 }
 
 func startProgress(brokers, topic string, n int) (*progress, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumeTopics(topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumeTopics(topic),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return nil, err

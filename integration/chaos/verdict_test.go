@@ -218,5 +218,5 @@ func missedChaos(plan []event, st stats) []string {
 			out = append(out, fmt.Sprintf("planned %d %s, %d happened", c.want, c.what, c.got))
 		}
 	}
-	return out
+	return append(out, st.cl.missed(want)...)
 }

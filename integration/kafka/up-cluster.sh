@@ -130,6 +130,11 @@ node_properties() {
 		transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 		transaction.remove.expired.transaction.cleanup.interval.ms=1000
 
+		# A restarted node gets its preferred leaderships back (and with them the
+		# coordinators of its partitions) within seconds, as production
+		# clusters do within the default 5 minutes.
+		leader.imbalance.check.interval.seconds=10
+
 		# Fewer threads than the defaults (8 I/O, 3 network): three JVMs share
 		# two cores with the tests.
 		num.io.threads=4
