@@ -165,7 +165,7 @@ func fillTail(ctx context.Context, brokers, topic string, head int, split map[in
 // output to partition 0 of topic, where it must land at offset at (the
 // processes' stops count on it).
 func writeOversized(ctx context.Context, brokers, topic string, at int64) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(1<<20))
 	if err != nil {
 		return err
