@@ -142,6 +142,13 @@ func (g *groupMember) adjust(ctx context.Context, offsets map[string]map[int32]k
 	}
 	l, _, err := g.cfg.list(ctx, g.adm, g.log)
 	if err == nil {
+		gen := int32(-1)
+		if cl := g.cl.Load(); cl != nil {
+			_, gen = cl.GroupMetadata()
+		}
+		err = keptStarts(ctx, g.res, g.cfg.group, l, parts, gen)
+	}
+	if err == nil {
 		var plans []*partPlan
 		if plans, err = g.cfg.resolve(ctx, g.adm, l, parts); err == nil {
 			out := map[string]map[int32]kgo.Offset{}

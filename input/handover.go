@@ -2,8 +2,12 @@ package input
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/connect-eos/connect-eos/handover"
 )
@@ -48,18 +52,70 @@ func handOverRevoked(ctx context.Context, res *service.Resources, group string, 
 	}
 }
 
+// keptStarts replaces, for parts, the group's committed offsets in l with the
+// positions that the group's PositionKeeper keeps (a kafka_eos output in
+// mirror mode, which writes to another cluster), if the group's takeover is
+// one: those are where the copy resumes, the group's offsets on the cluster
+// read are only written after the fact. Called before l resolves the starts
+// of parts; generation is the group generation they were assigned in (-1
+// without group_membership).
+func keptStarts(ctx context.Context, res *service.Resources, group string, l *listing, parts []tp, generation int32) error {
+	k, ok := handover.LookupKeeper(res, group)
+	if !ok || group == "" || len(parts) == 0 {
+		return nil
+	}
+	req := handover.PositionsRequest{Partitions: map[string][]int32{}, PartitionCounts: map[string]int32{}, Generation: generation}
+	for _, p := range parts {
+		req.Partitions[p.Topic] = append(req.Partitions[p.Topic], p.Partition)
+		if td, ok := l.meta.Topics[p.Topic]; ok {
+			req.PartitionCounts[p.Topic] = int32(len(td.Partitions))
+		}
+	}
+	pos, err := k.Positions(ctx, req)
+	if err != nil {
+		return fmt.Errorf("the positions the output of group %s keeps: %w", group, err)
+	}
+	committed := kadm.OffsetResponses{}
+	for t, ps := range pos {
+		for p, at := range ps {
+			committed.Add(kadm.OffsetResponse{Offset: kadm.Offset{Topic: t, Partition: p, At: at, LeaderEpoch: -1}})
+		}
+	}
+	l.committed = committed
+	return nil
+}
+
 // handoverCommitter commits through the group's CommitTakeover when one is
 // registered (looked up on every commit, so registration order does not
-// matter) and directly to the group otherwise.
+// matter) and directly to the group otherwise. When the takeover keeps the
+// positions itself on another cluster (a PositionKeeper), the positions it
+// took are also committed directly to the group, after the fact: the group's
+// offsets then show the copy's progress to lag tools on the cluster read, and
+// are never read back by the copy (a failure is logged, not returned).
 type handoverCommitter struct {
 	res    *service.Resources
 	group  string
 	direct OffsetCommitter
+	log    *service.Logger
+	// warned is when the last failed monitoring commit was logged.
+	warned atomic.Int64
 }
 
 func (h *handoverCommitter) CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error {
-	if t, ok := handover.Lookup(h.res, h.group); ok {
-		return t.CommitOffsets(ctx, offsets)
+	t, ok := handover.Lookup(h.res, h.group)
+	if !ok {
+		return h.direct.CommitOffsets(ctx, offsets)
 	}
-	return h.direct.CommitOffsets(ctx, offsets)
+	if err := t.CommitOffsets(ctx, offsets); err != nil {
+		return err
+	}
+	if _, keeper := t.(handover.PositionKeeper); keeper {
+		if err := h.direct.CommitOffsets(ctx, offsets); err != nil && h.log != nil {
+			if now := time.Now().UnixNano(); now-h.warned.Load() > int64(time.Minute) {
+				h.warned.Store(now)
+				h.log.Warnf("Group %s: committing the copied positions to the group for monitoring failed (the copy does not depend on them; logged at most once a minute): %v", h.group, err)
+			}
+		}
+	}
+	return nil
 }

@@ -79,7 +79,7 @@ func newInputFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*ka
 	in := &kafkaInput{cfg: cfg, mgr: mgr, log: mgr.Logger(), met: newInputMetrics(mgr.Metrics())}
 	if cfg.commits() {
 		in.newCommitter = func(adm *kadm.Client) OffsetCommitter {
-			return &handoverCommitter{res: mgr, group: cfg.group, direct: &groupCommitter{adm: adm, group: cfg.group}}
+			return &handoverCommitter{res: mgr, group: cfg.group, direct: &groupCommitter{adm: adm, group: cfg.group}, log: mgr.Logger()}
 		}
 	}
 	return in, nil
@@ -223,6 +223,14 @@ func (in *kafkaInput) preflight(ctx context.Context, adm *kadm.Client) ([]*partP
 	if cfg.stopAtHWM {
 		rctx = ctx // bounded by high_watermark_wait_timeout instead
 	}
+	if cfg.commits() {
+		// Mirror mode: the output's positions, not the group's offsets.
+		// Not under connect_timeout: an earlier owner's transaction
+		// may have to end first (the output bounds the wait).
+		if err := keptStarts(ctx, in.mgr, cfg.group, l, parts, -1); err != nil {
+			return nil, err
+		}
+	}
 	plans, err := cfg.resolve(rctx, adm, l, parts)
 	if err != nil {
 		return nil, err
@@ -281,7 +289,7 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 	step := &commitStep{cfg: cfg, tr: c.tr, met: in.met, log: in.log}
 	switch {
 	case c.member != nil:
-		step.committer = &handoverCommitter{res: in.mgr, group: cfg.group, direct: &memberCommitter{cl: c.consumeCl}}
+		step.committer = &handoverCommitter{res: in.mgr, group: cfg.group, direct: &memberCommitter{cl: c.consumeCl}, log: in.log}
 		c.member.step.Store(step) // after its fields: the callbacks read them
 		c.member.cl.Store(c.consumeCl)
 		// Before the fetch loop starts: no batch reaches the output
@@ -309,6 +317,9 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 		}
 		for _, pp := range plans {
 			loop.topicIDs[pp.Topic] = pp.topicID
+		}
+		if cfg.commits() {
+			_, loop.keepRecords = handover.LookupKeeper(in.mgr, cfg.group)
 		}
 		if cfg.format == formatArrow {
 			loop.enc = kafkaarrow.NewEncoder()

@@ -114,6 +114,11 @@ type fetchLoop struct {
 	// partition (the probe tells a deletion the consumer had skipped
 	// from one it is below).
 	oorAt map[tp]time.Time
+	// keepRecords puts each message's record in its context
+	// (handover.WithRecord): the group's takeover is a kafka_eos output in
+	// mirror mode, which copies the record's key, headers and timestamp
+	// exactly.
+	keepRecords bool
 }
 
 func (f *fetchLoop) run(ctx context.Context) {
@@ -356,6 +361,9 @@ func (f *fetchLoop) toMessage(r *kgo.Record, pm *partMeta) *service.Message {
 	msg.MetaSetMut(metaTombstone, tomb)
 	if tomb && f.cfg.tombstones == tombstonesFail {
 		msg.SetError(fmt.Errorf("tombstone (null value) at %s:%d offset %d", r.Topic, r.Partition, r.Offset))
+	}
+	if f.keepRecords {
+		msg = handover.WithRecord(msg, r)
 	}
 	return msg
 }
