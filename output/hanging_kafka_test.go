@@ -327,7 +327,7 @@ func TestKafkaHangingLeftWithoutRepair(t *testing.T) {
 }
 
 // TestKafkaHangingRepairedAfterEpoch injects the fault at the marker step of
-// a running output's epoch: while the epoch produces, a record of the slot's
+// a running output's epoch: when its commit begins, a record of the slot's
 // producer goes to partition 2 without AddPartitionsToTxn and is added to the
 // epoch's partitions (as if the epoch had written it), so the commit's
 // markers skip it. The check after the commit, before the slot carries
@@ -342,10 +342,9 @@ func TestKafkaHangingRepairedAfterEpoch(t *testing.T) {
 			res := newResources()
 			o := newUnconnected(t, res, yamlFor([]string{b}, topic, txnID, "partitioner: manual\npartition: '0'"))
 			var injected sync.Once
-			o.hooks = &testHooks{atStep: func(step commitStep, n uint64) error {
-				if step != stepProduced {
-					return nil
-				}
+			// When the committer picks the epoch up, before its record
+			// (and the partitions in it) is made.
+			o.hooks = &testHooks{beforeCommit: func(n uint64) {
 				injected.Do(func() {
 					o.mu.Lock()
 					var ep *epoch
@@ -360,7 +359,6 @@ func TestKafkaHangingRepairedAfterEpoch(t *testing.T) {
 					ep.parts[topicPartition{topic, 2}] = txnstate.PartitionWrite{Topic: topic, Partition: 2, FirstOffset: off, ProducerID: ep.pid}
 					ep.mu.Unlock()
 				})
-				return nil
 			}}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
