@@ -91,9 +91,9 @@ func ChildMain(specJSON string) int {
 	if _, err := st.call(context.Background(), "/ready", nil, nil); err != nil {
 		fmt.Fprintf(os.Stderr, "sim child: %v\n", err)
 	}
-	// As the connect-eos binary (Benthos' CLI): a stop that does not
-	// finish within shutdown_timeout plus a second exits 1 with the
-	// goroutines dumped.
+	// As the connect-eos binary (Benthos' CLI): a stop still running
+	// shutdown_timeout plus a second after it began (the stream's Stop
+	// overran its deadline) exits 1 with the goroutines dumped.
 	watchdog := func() {
 		go func() {
 			time.Sleep(spec.Shutdown + time.Second)
@@ -102,18 +102,30 @@ func ChildMain(specJSON string) int {
 			os.Exit(1)
 		}()
 	}
+	// A stop returns once the stream stopped or shutdown_timeout passed;
+	// then the process exits, as Benthos' CLI does, without waiting for
+	// components that did not stop (their work is abandoned, as at exit).
+	stopStream := func() error {
+		watchdog()
+		err := stream.StopWithin(spec.Shutdown)
+		select {
+		case runErr := <-done:
+			return runErr
+		case <-time.After(100 * time.Millisecond):
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "sim child: stop: %v\n", err)
+			}
+			return nil
+		}
+	}
 	var runErr error
 	select {
 	case runErr = <-done:
 	case <-sigs:
 		fmt.Fprintln(os.Stderr, "sim child: SIGTERM")
-		watchdog()
-		_ = stream.StopWithin(spec.Shutdown)
-		runErr = <-done
+		runErr = stopStream()
 	case <-stop:
-		watchdog()
-		_ = stream.StopWithin(spec.Shutdown)
-		runErr = <-done
+		runErr = stopStream()
 	}
 	if ferr := fatal.Err(); ferr != nil {
 		fmt.Fprintf(os.Stderr, "sim child: exited after a fatal error: %v\n", ferr)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +26,9 @@ import (
 // the cluster while it is armed).
 type injector struct {
 	faults []ReqFault
+	// trace, if set, is told every request and the error codes of its
+	// answer (SIM_TRACE), for triage.
+	trace func(format string, args ...any)
 
 	mu       sync.Mutex
 	armed    bool
@@ -142,7 +147,7 @@ func (l *faultListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &faultConn{Conn: c, in: l.in, drop: map[int32]bool{}}, nil
+	return &faultConn{Conn: c, in: l.in, drop: map[int32]bool{}, reqs: map[int32][2]int16{}}, nil
 }
 
 // faultConn hands kfake one request frame at a time (kfake reads the 4-byte
@@ -157,7 +162,8 @@ type faultConn struct {
 	buf []byte // the rest of the current frame, not yet read by kfake
 
 	mu   sync.Mutex
-	drop map[int32]bool // correlation ids whose answers are dropped
+	drop map[int32]bool     // correlation ids whose answers are dropped
+	reqs map[int32][2]int16 // correlation id -> key and version (trace)
 }
 
 var errInjectedClose = errors.New("sim: connection closed by an injected fault")
@@ -188,6 +194,11 @@ func (c *faultConn) nextFrame() error {
 	if n >= 8 {
 		key := kmsg.Key(int16(binary.BigEndian.Uint16(frame[4:6])))
 		corr := int32(binary.BigEndian.Uint32(frame[8:12]))
+		if c.in.trace != nil {
+			c.mu.Lock()
+			c.reqs[corr] = [2]int16{int16(key), int16(binary.BigEndian.Uint16(frame[6:8]))}
+			c.mu.Unlock()
+		}
 		i := c.in.pick(key, c.in.netCount, func(a FaultAction) bool { return a == ActClose || a == ActDropAfter })
 		if i >= 0 {
 			switch c.in.faults[i].Action {
@@ -211,11 +222,64 @@ func (c *faultConn) Write(p []byte) (int, error) {
 		c.mu.Lock()
 		d := c.drop[corr]
 		delete(c.drop, corr)
+		kv, traced := c.reqs[corr]
+		delete(c.reqs, corr)
 		c.mu.Unlock()
+		if traced {
+			c.in.traceAnswer(c.Conn.RemoteAddr().String(), kv[0], kv[1], p[8:], d)
+		}
 		if d {
 			c.Conn.Close()
 			return 0, errInjectedClose
 		}
 	}
 	return c.Conn.Write(p)
+}
+
+// traceAnswer reports an answer's error codes (every ErrorCode field of the
+// response, in order; "ok" when all are 0).
+func (in *injector) traceAnswer(conn string, key, version int16, body []byte, dropped bool) {
+	resp := kmsg.ResponseForKey(key)
+	if resp == nil {
+		return
+	}
+	resp.SetVersion(version)
+	if resp.IsFlexible() && key != int16(kmsg.ApiVersions) && len(body) > 0 {
+		body = body[1:] // the response header's empty tagged fields
+	}
+	var codes []string
+	if err := resp.ReadFrom(body); err == nil {
+		collectCodes(reflect.ValueOf(resp), &codes)
+	}
+	what := "ok"
+	if len(codes) > 0 {
+		what = strings.Join(codes, ",")
+	}
+	if dropped {
+		what += " (dropped)"
+	}
+	in.trace("kafka %s %s v%d: %s", conn, kmsg.Key(key).Name(), version, what)
+}
+
+// collectCodes appends the names of the non-zero ErrorCode fields under v.
+func collectCodes(v reflect.Value, codes *[]string) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			collectCodes(v.Elem(), codes)
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			f := v.Field(i)
+			if v.Type().Field(i).Name == "ErrorCode" && f.Kind() == reflect.Int16 && f.Int() != 0 {
+				*codes = append(*codes, codeName(int16(f.Int())))
+				continue
+			}
+			collectCodes(f, codes)
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			collectCodes(v.Index(i), codes)
+		}
+	}
 }

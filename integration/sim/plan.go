@@ -398,9 +398,13 @@ func faultKeys(m Mode) []kmsg.Key {
 
 // retriable are error codes a healthy broker answers for a while (leader
 // moves, coordinator loads, rebalances): the pipeline must ride them out.
+// Not KAFKA_STORAGE_ERROR nor FENCED_LEADER_EPOCH: franz-go retries those
+// once the partition's leader or leader epoch changed, which a one-broker
+// kfake never does (the partition then stalls for good, as a real one-broker
+// cluster with a failed log directory would).
 var retriable = map[kmsg.Key][]int16{
-	kmsg.Produce:              {6, 7, 19, 20, 56},  // NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT (applied), NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND (applied), KAFKA_STORAGE_ERROR
-	kmsg.Fetch:                {6, 56, 74, 5},      // NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, FENCED_LEADER_EPOCH, LEADER_NOT_AVAILABLE
+	kmsg.Produce:              {6, 7, 19, 20},      // NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT (applied), NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND (applied)
+	kmsg.Fetch:                {6, 5},              // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE
 	kmsg.ListOffsets:          {6, 5, 78},          // NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, OFFSET_NOT_AVAILABLE
 	kmsg.Metadata:             {5},                 // LEADER_NOT_AVAILABLE
 	kmsg.FindCoordinator:      {15, 14},            // COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS
@@ -446,7 +450,10 @@ func drawFault(r *rand.Rand, keys []kmsg.Key) ReqFault {
 		f.Action = ActDropAfter
 		f.Count = 1
 	default:
+		// franz-go backs off exponentially on a connection that dies
+		// under a request: 5 in a row cost it about 20 s.
 		f.Action = ActClose
+		f.Count = min(f.Count, 2)
 	}
 	return f
 }

@@ -26,6 +26,9 @@ type Options struct {
 	Dir string
 	// Timeout bounds the run: a run still going then is a hang.
 	Timeout time.Duration
+	// Trace narrates every request to the cluster and the error codes of
+	// its answer.
+	Trace bool
 	// LogLevel is the instances' log level (default info; debug keeps the
 	// output's dedupe and admission decisions).
 	LogLevel string
@@ -188,6 +191,9 @@ func (r *runner) cleanup() {
 func (r *runner) setup() error {
 	p := r.p
 	r.inj = newInjector(p.Faults)
+	if r.o.Trace {
+		r.inj.trace = r.logf
+	}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.SeedTopics(p.InPartitions, inTopic),
@@ -419,6 +425,18 @@ func (r *runner) restart(m int) {
 	}
 }
 
+// stallHint names what the instances' logs say about a stall, if anything
+// known.
+func (r *runner) stallHint() string {
+	for _, in := range r.all {
+		b, err := os.ReadFile(in.logf)
+		if err == nil && strings.Contains(string(b), "waited 5s for the batch before it") {
+			return " [a batch waits for the batch before it, nacked, over and over]"
+		}
+	}
+	return ""
+}
+
 // state describes the runner's view of the instances, for a hang report.
 func (r *runner) state() string {
 	var parts []string
@@ -457,7 +475,7 @@ func (r *runner) loop(deadline time.Time) {
 					running = append(running, in.name)
 				}
 			}
-			r.fail("hang: the run did not end within %s (progress %.2f, running %v; %s)", r.o.Timeout, r.progress(), running, r.state())
+			r.fail("hang: the run did not end within %s (progress %.2f, running %v; %s)%s", r.o.Timeout, r.progress(), running, r.state(), r.stallHint())
 			return
 		}
 		if r.p.Mode.kafkaInput() {

@@ -33,25 +33,22 @@ var fixedSeeds = func() []uint64 {
 var knownFailures = map[uint64]string{
 	2:  "order",
 	3:  "order",
-	4:  "k2k-batching",
+	4:  "k2k-stall",
 	5:  "order",
 	8:  "order",
-	9:  "shutdown-timeout",
 	10: "order",
-	11: "k2k-batching",
-	13: "k2k-batching",
+	11: "k2k-stall",
+	13: "k2k-stall",
 	15: "order",
-	19: "batch-mates",
 	23: "order",
 	24: "order",
-	26: "shutdown-timeout",
-	29: "k2k-batching",
-	30: "batch-mates",
+	29: "k2k-stall",
+	30: "members-oversized-stall",
 	31: "order",
+	32: "k2k-stall",
 	35: "order",
-	36: "batch-mates",
-	39: "k2k-batching",
-	40: "k2k-batching",
+	39: "order",
+	40: "k2k-stall",
 }
 
 // TestSimulate runs the simulation: the fixed seeds by default, or
@@ -64,8 +61,11 @@ var knownFailures = map[uint64]string{
 //	SIM_TIMEOUT=<d>       the hang bound of a run (default 45s)
 //	SIM_OVERRIDE=<spec>   change the drawn plans, for triage (see Override)
 //	SIM_LOG_LEVEL=debug   the instances' log level (default info)
+//	SIM_TRACE=1           narrate every request to the cluster and its answer's error codes
 //	SIM_UNTIL_FAIL=1      stop starting seeds after the first failure (with
 //	                      SIM_FIRST: how many seeds it takes to find a defect)
+//	SIM_UNTIL=<defect>    stop after the first failure matching that defect
+//	                      (known.go), whatever other failures come before
 //
 // Each run prints one summary line; a failing run prints its failures, where
 // its logs are, and the command that replays it; the test ends with a total.
@@ -107,7 +107,7 @@ func TestSimulate(t *testing.T) {
 		}
 		parallel = n
 	}
-	o := Options{Bin: os.Args[0], Dir: dir, Timeout: timeout, Override: os.Getenv("SIM_OVERRIDE"), LogLevel: os.Getenv("SIM_LOG_LEVEL")}
+	o := Options{Bin: os.Args[0], Dir: dir, Timeout: timeout, Override: os.Getenv("SIM_OVERRIDE"), LogLevel: os.Getenv("SIM_LOG_LEVEL"), Trace: os.Getenv("SIM_TRACE") != ""}
 	if narrate {
 		o.Logf = func(format string, args ...any) { t.Logf(format, args...) }
 		parallel = 1
@@ -127,6 +127,8 @@ func TestSimulate(t *testing.T) {
 	var total time.Duration
 	byDefect := map[string]int{}
 	untilFail := os.Getenv("SIM_UNTIL_FAIL") != ""
+	untilDefect := os.Getenv("SIM_UNTIL")
+	found := uint64(0)
 	ran := 0
 	RunMany(run, parallel, o, keep, func(res Result, logs string) bool {
 		ran++
@@ -139,13 +141,24 @@ func TestSimulate(t *testing.T) {
 		defects, unmatched := Classify(res)
 		for _, d := range defects {
 			byDefect[d]++
+			if d == untilDefect && !untilFail {
+				untilFail = true
+				found = res.Seed
+			}
 		}
 		if len(unmatched) > 0 {
 			byDefect["new"]++
 		}
 		t.Errorf("seed %d failed:\n  %s\n  logs: %s\n  replay: %s", res.Seed, strings.Join(res.Failures, "\n  "), logs, ReplayCommand(res.Seed))
-		return !untilFail
+		return !untilFail || (untilDefect != "" && byDefect[untilDefect] == 0)
 	})
+	if untilDefect != "" {
+		if found == 0 {
+			fmt.Printf("sim: %s not found in %d seeds\n", untilDefect, ran)
+		} else {
+			fmt.Printf("sim: %s found by seed %d, the %d-th seed from %d\n", untilDefect, found, found-seeds[0]+1, seeds[0])
+		}
+	}
 	n := ran
 	avg := time.Duration(0)
 	if n > 0 {
