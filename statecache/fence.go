@@ -52,6 +52,10 @@ func WithFence(ctx context.Context, token uint64) context.Context {
 	return context.WithValue(ctx, fenceCtxKey{}, token)
 }
 
+// FenceOf returns the token WithFence put in ctx, 0 without one: another
+// cache (a wrapper, a test double) can honour the same fencing.
+func FenceOf(ctx context.Context) uint64 { return fenceOf(ctx) }
+
 // fenceOf returns the token of ctx, 0 without one.
 func fenceOf(ctx context.Context) uint64 {
 	t, _ := ctx.Value(fenceCtxKey{}).(uint64)
