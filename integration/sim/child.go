@@ -20,6 +20,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/connect-eos/connect-eos/internal/fatal"
+	"github.com/connect-eos/connect-eos/statecache"
 	// The project's components: kafka_native, kafka_eos, kafka_state.
 	_ "github.com/connect-eos/connect-eos/plugin"
 )
@@ -146,8 +147,12 @@ type storeClient struct {
 	hc   *http.Client
 }
 
-// errNotFound is the store's answer for a missing cache key.
-var errNotFound = errors.New("not found")
+// errNotFound is the store's answer for a missing cache key, errFenced for a
+// write whose fence token is lower than the key's highest.
+var (
+	errNotFound = errors.New("not found")
+	errFenced   = errors.New("fenced")
+)
 
 func (s *storeClient) call(ctx context.Context, path string, q url.Values, body []byte) ([]byte, error) {
 	if q == nil {
@@ -172,6 +177,8 @@ func (s *storeClient) call(ctx context.Context, path string, q url.Values, body 
 		return b, nil
 	case http.StatusNotFound:
 		return nil, errNotFound
+	case http.StatusConflict:
+		return nil, errFenced
 	}
 	return nil, fmt.Errorf("sim store %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
 }
@@ -210,13 +217,26 @@ func (c *simCache) Get(ctx context.Context, key string) ([]byte, error) {
 	return b, err
 }
 
-func (c *simCache) Set(ctx context.Context, key string, value []byte, _ *time.Duration) error {
-	_, err := c.st.call(ctx, "/cache/set", url.Values{"key": {key}}, value)
+// The writes honour statecache.WithFence as kafka_state does: per key, a
+// write with a token lower than the highest one written is refused
+// (statecache.ErrFenced), so that a replaced instance that wakes up cannot
+// overwrite the slot records of the instance that replaced it.
+
+func (c *simCache) write(ctx context.Context, op, key string, value []byte) error {
+	q := url.Values{"key": {key}, "fence": {strconv.FormatUint(statecache.FenceOf(ctx), 10)}}
+	_, err := c.st.call(ctx, "/cache/"+op, q, value)
+	if errors.Is(err, errFenced) {
+		return &statecache.FencedError{Topic: "sim_cache", Key: key, Token: statecache.FenceOf(ctx)}
+	}
 	return err
 }
 
+func (c *simCache) Set(ctx context.Context, key string, value []byte, _ *time.Duration) error {
+	return c.write(ctx, "set", key, value)
+}
+
 func (c *simCache) Add(ctx context.Context, key string, value []byte, _ *time.Duration) error {
-	_, err := c.st.call(ctx, "/cache/add", url.Values{"key": {key}}, value)
+	err := c.write(ctx, "add", key, value)
 	if errors.Is(err, errNotFound) {
 		return service.ErrKeyAlreadyExists
 	}
@@ -224,8 +244,7 @@ func (c *simCache) Add(ctx context.Context, key string, value []byte, _ *time.Du
 }
 
 func (c *simCache) Delete(ctx context.Context, key string) error {
-	_, err := c.st.call(ctx, "/cache/delete", url.Values{"key": {key}}, nil)
-	return err
+	return c.write(ctx, "delete", key, nil)
 }
 
 func (c *simCache) Close(context.Context) error { return nil }

@@ -23,7 +23,8 @@ type store struct {
 
 	mu         sync.Mutex
 	cache      map[string][]byte
-	ops        map[string]int // "get" / "set" -> operations so far
+	fences     map[string]uint64 // key -> highest fence token written
+	ops        map[string]int    // "get" / "set" -> operations so far
 	cacheFails int
 	cacheSlows int
 	checkpoint int
@@ -40,7 +41,7 @@ type store struct {
 }
 
 func newStore(faults []CacheFault) (*store, error) {
-	s := &store{faults: faults, cache: map[string][]byte{}, ops: map[string]int{}, acked: map[int]int{}, dlq: map[string]int{}, ready: map[string]bool{}}
+	s := &store{faults: faults, cache: map[string][]byte{}, fences: map[string]uint64{}, ops: map[string]int{}, acked: map[int]int{}, dlq: map[string]int{}, ready: map[string]bool{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -111,6 +112,14 @@ func (s *store) handleCache(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if op != "get" {
+		token, _ := strconv.ParseUint(r.URL.Query().Get("fence"), 10, 64)
+		if token < s.fences[key] {
+			http.Error(w, fmt.Sprintf("fenced: token %d below %d", token, s.fences[key]), http.StatusConflict)
+			return
+		}
+		s.fences[key] = token
+	}
 	switch op {
 	case "get":
 		v, ok := s.cache[key]
