@@ -482,7 +482,7 @@ func commandLine() string {
 }
 
 // describeMachine: CPUs, memory, kernel, Java, Kafka and Go versions.
-func describeMachine(ctx context.Context, root string) []string {
+func describeMachine(ctx context.Context, root, kafka string) []string {
 	var out []string
 	out = append(out, fmt.Sprintf("%d CPUs (nproc)", runtime.NumCPU()))
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -509,7 +509,7 @@ func describeMachine(ctx context.Context, root string) []string {
 		out = append(out, strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
 	}
 	if b, err := exec.CommandContext(ctx, "bash", "-c", "source "+filepath.Join(root, "integration/kafka/lib.sh")+" && echo $KAFKA_VERSION").Output(); err == nil {
-		out = append(out, "Apache Kafka "+strings.TrimSpace(string(b))+" (single node KRaft, transaction.version=2, 512 MiB heap, on the same machine)")
+		out = append(out, "Apache Kafka "+strings.TrimSpace(string(b))+" ("+kafka+")")
 	}
 	out = append(out, runtime.Version()+", "+moduleVersions())
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {

@@ -104,6 +104,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	kafka := "single node KRaft, transaction.version=2, 512 MiB heap, on the same machine"
+	if o.brokers != "" {
+		kafka = "the broker at -brokers " + o.brokers
+	}
 	if o.brokers == "" {
 		addr, err := brokerUp(ctx, root, o.brokerName)
 		if err != nil {
@@ -168,7 +172,10 @@ func run(ctx context.Context, o options) error {
 	}
 
 	rep := report{opts: o, produce: produce, consume: consume, copies: copies, saturation: sat, started: started, elapsed: time.Since(started)}
-	rep.machine = describeMachine(ctx, root)
+	if md, err := kadm.NewClient(cl).BrokerMetadata(ctx); err == nil && len(md.Brokers) > 1 {
+		kafka = fmt.Sprintf("%d brokers (-brokers %s), on the same machine", len(md.Brokers), o.brokers)
+	}
+	rep.machine = describeMachine(ctx, root, kafka)
 	if l := loads.stop(); l != "" {
 		rep.machine = append(rep.machine, l)
 	}
