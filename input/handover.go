@@ -110,7 +110,7 @@ func (h *handoverCommitter) CommitOffsets(ctx context.Context, offsets map[strin
 		return err
 	}
 	if _, keeper := t.(handover.PositionKeeper); keeper {
-		if err := h.direct.CommitOffsets(ctx, offsets); err != nil && h.log != nil {
+		if err := h.direct.CommitOffsets(ctx, offsets); err != nil && h.log != nil && ctx.Err() == nil {
 			if now := time.Now().UnixNano(); now-h.warned.Load() > int64(time.Minute) {
 				h.warned.Store(now)
 				h.log.Warnf("Group %s: committing the copied positions to the group for monitoring failed (the copy does not depend on them; logged at most once a minute): %v", h.group, err)

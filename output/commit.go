@@ -154,9 +154,6 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		return
 	}
 
-	o.mu.Lock()
-	records := ep.records
-	o.mu.Unlock()
 	rec := txnstate.Record{
 		Format:          1,
 		TransactionalID: ep.slot.id,
@@ -177,6 +174,11 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		o.abortEpoch(ctx, ep, err, false)
 		return
 	}
+	// After prepare: mirror mode produced its positions records there.
+	o.mu.Lock()
+	records := ep.records
+	o.mu.Unlock()
+	rec.Partitions = ep.partitions()
 	if records == 0 && len(rec.SourceOffsets) == 0 {
 		// Nothing to commit (an epoch opened for offsets that an
 		// earlier epoch carried): an empty transaction is never

@@ -45,6 +45,8 @@ type config struct {
 	arrowTimestamps bool
 	// dedupe is set in dedupe mode.
 	dedupe *dedupeConf
+	// mirror is set in mirror mode.
+	mirror *mirrorConf
 	// unknownTopicGrace bounds one outage of unknown-topic failures.
 	unknownTopicGrace time.Duration
 	// repairHanging: close our own hanging transactions (hanging.go).
@@ -56,6 +58,24 @@ type dedupeConf struct {
 	key      *service.InterpolatedString
 	position *service.InterpolatedString
 	maxKeys  int
+}
+
+// mirrorConf is the mirror block: where the positions live and how source
+// topics map to target topics.
+type mirrorConf struct {
+	positionsTopic string
+	prefix         string
+	topics         map[string]string
+	create         bool
+}
+
+// target returns the target topic of a source topic: its entry in
+// mirror.topics, else the source name behind mirror.topic_prefix.
+func (m *mirrorConf) target(source string) string {
+	if t, ok := m.topics[source]; ok {
+		return t
+	}
+	return m.prefix + source
 }
 
 // ErrConfig is wrapped by every configuration error; the message names the
@@ -76,8 +96,10 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	if c.conn, err = kafkaconf.FromParsed(conf); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	if c.topic, err = conf.FieldInterpolatedString(keoFieldTopic); err != nil {
-		return nil, fieldErr(keoFieldTopic, err)
+	if conf.Contains(keoFieldTopic) {
+		if c.topic, err = conf.FieldInterpolatedString(keoFieldTopic); err != nil {
+			return nil, fieldErr(keoFieldTopic, err)
+		}
 	}
 	if conf.Contains(keoFieldKey) {
 		if c.key, err = conf.FieldInterpolatedString(keoFieldKey); err != nil {
@@ -259,13 +281,81 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 	if c.repairHanging, err = conf.FieldBool(keoFieldRepairHangs); err != nil {
 		return nil, fieldErr(keoFieldRepairHangs, err)
 	}
+	if conf.Contains(keoFieldMirror) {
+		if err := c.mirrorFromParsed(conf); err != nil {
+			return nil, err
+		}
+	} else if c.topic == nil {
+		return nil, fieldErr(keoFieldTopic, errors.New("required (except in mirror mode)"))
+	}
 	return c, nil
+}
+
+// mirrorFromParsed reads the mirror block: mirror mode copies every record to
+// the same partition of its (renamed) source topic with its key, headers and
+// timestamp, so the fields that would choose them are refused.
+func (c *config) mirrorFromParsed(conf *service.ParsedConfig) error {
+	switch {
+	case c.group == "":
+		return fieldErr(keoFieldMirror, errors.New("mirror mode needs consumer_group: the consumer_group of the kafka_native input that reads the source cluster"))
+	case c.dedupe != nil:
+		return fieldErr(keoFieldMirror, errors.New("mirror mode and dedupe mode are mutually exclusive"))
+	case c.topic != nil:
+		return fieldErr(keoFieldTopic, errors.New("not used in mirror mode: each record goes to its source topic, renamed by mirror.topic_prefix and mirror.topics"))
+	case c.key != nil:
+		return fieldErr(keoFieldKey, errors.New("not used in mirror mode: each record keeps its key"))
+	case c.partition != nil:
+		return fieldErr(keoFieldPartition, errors.New("not used in mirror mode: each record keeps its partition"))
+	case c.partitioner != keoPartitionerMurmur2 && c.partitioner != keoPartitionerManual:
+		return fieldErr(keoFieldPartitioner, errors.New("not used in mirror mode: each record keeps its partition"))
+	}
+	if c.metadata != nil {
+		for _, f := range []string{"include_prefixes", "include_patterns"} {
+			if l, _ := conf.FieldStringList(keoFieldMetadata, f); len(l) > 0 {
+				return fieldErr(keoFieldMetadata, errors.New("not used in mirror mode: each record keeps its headers"))
+			}
+		}
+		c.metadata = nil
+	}
+	mc := conf.Namespace(keoFieldMirror)
+	m := &mirrorConf{}
+	var err error
+	if m.positionsTopic, err = mc.FieldString(keoFieldMirrorPositions); err != nil {
+		return fieldErr(keoFieldMirror+"."+keoFieldMirrorPositions, err)
+	}
+	if m.positionsTopic == "" {
+		return fieldErr(keoFieldMirror+"."+keoFieldMirrorPositions, errors.New("must not be empty"))
+	}
+	if m.prefix, err = mc.FieldString(keoFieldMirrorPrefix); err != nil {
+		return fieldErr(keoFieldMirror+"."+keoFieldMirrorPrefix, err)
+	}
+	if m.topics, err = mc.FieldStringMap(keoFieldMirrorTopics); err != nil {
+		return fieldErr(keoFieldMirror+"."+keoFieldMirrorTopics, err)
+	}
+	seen := map[string]string{}
+	for src, dst := range m.topics {
+		if src == "" || dst == "" {
+			return fieldErr(keoFieldMirror+"."+keoFieldMirrorTopics, fmt.Errorf("empty topic name in %q: %q", src, dst))
+		}
+		if other, dup := seen[dst]; dup {
+			return fieldErr(keoFieldMirror+"."+keoFieldMirrorTopics, fmt.Errorf("topics %q and %q both map to %q: a target partition would mix two source partitions", other, src, dst))
+		}
+		seen[dst] = src
+	}
+	if m.create, err = mc.FieldBool(keoFieldMirrorCreate); err != nil {
+		return fieldErr(keoFieldMirror+"."+keoFieldMirrorCreate, err)
+	}
+	c.mirror = m
+	c.mode = txnstate.Mirror
+	c.partitioner = keoPartitionerManual
+	c.arrowTimestamps = true
+	return nil
 }
 
 // keepsRowTimestamps says whether records may carry a timestamp set before
 // the produce call (Arrow rows with arrow_timestamps).
 func (c *config) keepsRowTimestamps() bool {
-	return c.inputFormat != keoInputFormatMessage && c.arrowTimestamps
+	return c.mirror != nil || (c.inputFormat != keoInputFormatMessage && c.arrowTimestamps)
 }
 
 // slotBufferedBytes is one slot's share of max_buffered_bytes.

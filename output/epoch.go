@@ -92,7 +92,10 @@ type epoch struct {
 	phase txnstate.Phase // committer only
 	// offs are the source offsets the epoch commits (Kafka-to-Kafka;
 	// committer only).
-	offs   []plannedOffset
+	offs []plannedOffset
+	// mirror is what the epoch wrote to the positions topic (mirror mode;
+	// committer only).
+	mirror *epochMirror
 	done   chan struct{}
 	result error // set before done is closed
 	// held is set for an in-doubt epoch: its batches are never nacked nor
@@ -207,6 +210,20 @@ func (ep *epoch) partitions() []txnstate.PartitionWrite {
 		out = append(out, w)
 	}
 	return out
+}
+
+// wrote records, for the recovery identity, the first offset per partition
+// of records produced outside the batches (the positions topic's, mirror
+// mode).
+func (ep *epoch) wrote(recs []*kgo.Record) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for _, r := range recs {
+		tp := topicPartition{r.Topic, r.Partition}
+		if w, ok := ep.parts[tp]; !ok || r.Offset < w.FirstOffset {
+			ep.parts[tp] = txnstate.PartitionWrite{Topic: r.Topic, Partition: r.Partition, FirstOffset: r.Offset, ProducerID: r.ProducerID}
+		}
+	}
 }
 
 // failure returns the first record failure, if any.

@@ -65,6 +65,11 @@ type k2k struct {
 	// came without a start handed over by a kafka_native input of the
 	// group (plan).
 	unstarted map[topicPartition]bool
+	// stampless: the offsets are not committed to a group with a
+	// generation (mirror mode writes them to its positions topic), so a
+	// member rejoining its group does not hold them back; ownership is
+	// still checked.
+	stampless bool
 }
 
 func newK2K(group string) *k2k {
@@ -251,7 +256,7 @@ func (k *k2k) plan(spans []handover.Span, log *service.Logger) ([]plannedOffset,
 			if !o.owned {
 				continue
 			}
-			if gen < 0 || mem == "" {
+			if (gen < 0 || mem == "") && !k.stampless {
 				// The member is rejoining: nothing can be stamped.
 				// A partition with records in this epoch aborts it
 				// (replayed later, never records without offsets);
@@ -703,6 +708,12 @@ func (o *output) Revoked(ctx context.Context, parts map[string][]int32) {
 		}
 	}
 	o.log.Debugf("kafka_eos: group %s: revoke of %v: %d epochs finished", k.group, parts, len(waits))
+	if o.mirror != nil {
+		// No epoch holds their records any more, and none will:
+		// say so in the positions topic, so that their next owner
+		// need not fence this process.
+		o.mirror.release(ctx, parts)
+	}
 }
 
 // CommitOffsets implements handover.CommitTakeover: positions acknowledged

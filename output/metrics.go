@@ -178,3 +178,46 @@ func (m *metrics) k2kRebalanceEvent(event string) {
 	m.k2kRebalance.Incr(1, event)
 	m.tally.add(metricK2KRebalance+"/"+event, 1)
 }
+
+// Mirror mode metrics.
+const (
+	// metricMirrorPositions counts the position records committed (one
+	// per source partition an epoch advanced).
+	metricMirrorPositions = "kafka_eos_mirror_positions_committed"
+	// metricMirrorPosition is, per source partition this process copies,
+	// the next source offset to copy as committed (where a restart
+	// resumes): the source's end offset minus it is the copy's lag.
+	metricMirrorPosition = "kafka_eos_mirror_position"
+	// metricMirrorClaims counts source partitions claimed (label event:
+	// claimed; released, at a revoke or for what a previous run left
+	// claimed; fenced_writer, another writer fenced because it held a
+	// partition claimed here without releasing it).
+	metricMirrorClaims = "kafka_eos_mirror_partitions"
+	mirrorClaimed      = "claimed"
+	mirrorReleased     = "released"
+	mirrorFenced       = "fenced_writer"
+)
+
+// mirrorMetrics are the mirror mode's metrics.
+type mirrorMetrics struct {
+	positions *service.MetricCounter
+	position  *service.MetricGauge
+	events    *service.MetricCounter
+}
+
+func newMirrorMetrics(m *service.Metrics) *mirrorMetrics {
+	mm := &mirrorMetrics{
+		positions: m.NewCounter(metricMirrorPositions),
+		position:  m.NewGauge(metricMirrorPosition, "topic", "partition"),
+		events:    m.NewCounter(metricMirrorClaims, metricLabelEvent),
+	}
+	for _, e := range []string{mirrorClaimed, mirrorReleased, mirrorFenced} {
+		mm.events.Incr(0, e)
+	}
+	return mm
+}
+
+func (m *metrics) mirrorEvent(mm *mirrorMetrics, event string, n int) {
+	mm.events.Incr(int64(n), event)
+	m.tally.add(metricMirrorClaims+"/"+event, int64(n))
+}

@@ -79,6 +79,9 @@ func (c *config) modeLine() string {
 	case txnstate.KafkaToKafka:
 		return fmt.Sprintf("kafka_eos %q: Kafka-to-Kafka mode for consumer group %q: each epoch commits its records and the group's offsets in one transaction, exactly-once end to end for read_committed readers",
 			c.transactionalID, c.group)
+	case txnstate.Mirror:
+		return fmt.Sprintf("kafka_eos %q: mirror mode for consumer group %q: each epoch commits its records and the source positions (topic %s on this cluster) in one transaction; the input resumes from those positions, exactly-once end to end for read_committed readers",
+			c.transactionalID, c.group, c.mirror.positionsTopic)
 	case txnstate.Dedupe:
 		return fmt.Sprintf("kafka_eos %q: dedupe mode: a message at or below its key's committed position is dropped, exactly-once end to end for an input that replays in order",
 			c.transactionalID)

@@ -66,7 +66,13 @@ type output struct {
 	poison  *poisons
 	hanging *hangingChecker // hanging.go
 	// k2k is the Kafka-to-Kafka state (consumer_group set), nil otherwise.
+	// Mirror mode uses it too.
 	k2k *k2k
+	// mirror is the mirror mode's state, nil otherwise.
+	mirror *mirror
+	// takeover is what was registered as the group's CommitTakeover (the
+	// output, or in mirror mode a PositionKeeper around it).
+	takeover handover.CommitTakeover
 	// dd holds the dedupe positions (dedupe mode; guarded by mu), loaded
 	// at Connect after recovery.
 	dd *txnstate.DedupeState
@@ -126,11 +132,21 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 		testOutputHook(o)
 	}
 	switch {
+	case c.mirror != nil:
+		o.k2k = newK2K(c.group)
+		o.k2k.stampless = true
+		o.mirror = newMirror(o, c.mirror, res)
+		o.mode = &mirrorMode{k2kMode: k2kMode{o: o, k: o.k2k}, m: o.mirror}
+		o.takeover = mirrorKeeper{o}
+		if err := handover.RegisterCommitTakeover(res, c.group, o.takeover); err != nil {
+			return nil, fieldErr(keoFieldConsumerGroup, err)
+		}
 	case c.group != "":
 		// Benthos constructs every component before any connects: the
 		// kafka_native input of this group finds us at its Connect.
 		o.k2k = newK2K(c.group)
 		o.mode = &k2kMode{o: o, k: o.k2k}
+		o.takeover = o
 		if err := handover.RegisterCommitTakeover(res, c.group, o); err != nil {
 			return nil, fieldErr(keoFieldConsumerGroup, err)
 		}
@@ -147,8 +163,29 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 // orphaned slots. Nothing is produced before it returns nil.
 func (o *output) Connect(ctx context.Context) error {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.classifyConnectErr(o.connectLocked(ctx))
+	err := o.classifyConnectErr(o.connectLocked(ctx))
+	o.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if a, ok := o.mode.(afterConnecter); ok {
+		// Epochs run now; the input may not start before this is done
+		// (Ready). A failure is retried by the next Connect.
+		if err := a.afterConnect(ctx); err != nil {
+			return o.classifyConnectErr(err)
+		}
+	}
+	o.readyOnce.Do(func() {
+		close(o.readyCh)
+		o.probeFencing(ctx)
+	})
+	return nil
+}
+
+// afterConnecter is a mode with work to do once the output runs, before it is
+// ready (the input starts only then).
+type afterConnecter interface {
+	afterConnect(ctx context.Context) error
 }
 
 func (o *output) connectLocked(ctx context.Context) error {
@@ -227,10 +264,6 @@ func (o *output) connectLocked(ctx context.Context) error {
 	go o.committer.run()
 	o.startHanging(ctx)
 	o.connected = true
-	o.readyOnce.Do(func() {
-		close(o.readyCh)
-		o.probeFencing(ctx)
-	})
 	o.log.Infof("kafka_eos: %d slots of %q ready (transaction version %d), next epoch %d", len(slots), o.conf.transactionalID, tv, o.nextEpoch)
 	return nil
 }
@@ -708,8 +741,8 @@ func (o *output) Close(ctx context.Context) error {
 		o.runCancel()
 	}
 	close(o.closedCh)
-	if o.k2k != nil {
-		handover.ReleaseCommitTakeover(o.res, o.conf.group, o)
+	if o.takeover != nil {
+		handover.ReleaseCommitTakeover(o.res, o.conf.group, o.takeover)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -49,6 +49,11 @@ const (
 	keoFieldDedupeKey         = "key"
 	keoFieldDedupePosition    = "position"
 	keoFieldDedupeMaxKeys     = "max_keys"
+	keoFieldMirror            = "mirror"
+	keoFieldMirrorPositions   = "positions_topic"
+	keoFieldMirrorPrefix      = "topic_prefix"
+	keoFieldMirrorTopics      = "topics"
+	keoFieldMirrorCreate      = "create_topics"
 	keoPartitionerMurmur2     = "murmur2"
 	keoPartitionerMurmur2Hash = "murmur2_hash" // Redpanda Connect's name for murmur2
 	keoPartitionerManual      = "manual"
@@ -153,6 +158,33 @@ root = [
   },
   if this.dedupe != null && (this.state_cache | "") == "" {
     "field dedupe: dedupe mode needs state_cache (the committed positions live there)"
+  },
+  if this.mirror == null && (this.topic | "") == "" {
+    "field topic: required (except in mirror mode)"
+  },
+  if this.mirror != null && (this.consumer_group | "") == "" {
+    "field mirror: mirror mode needs consumer_group: the consumer_group of the kafka_native input that reads the source cluster"
+  },
+  if this.mirror != null && this.dedupe != null {
+    "field mirror: mirror mode and dedupe mode are mutually exclusive"
+  },
+  if this.mirror != null && (this.topic | "") != "" {
+    "field topic: not used in mirror mode: each record goes to its source topic, renamed by mirror.topic_prefix and mirror.topics"
+  },
+  if this.mirror != null && (this.key | "") != "" {
+    "field key: not used in mirror mode: each record keeps its key"
+  },
+  if this.mirror != null && (this.partition | "") != "" {
+    "field partition: not used in mirror mode: each record keeps its partition"
+  },
+  if this.mirror != null && !["murmur2", "manual"].contains($part) {
+    "field partitioner: not used in mirror mode: each record keeps its partition"
+  },
+  if this.mirror != null && ((this.metadata.include_prefixes | []).length() > 0 || (this.metadata.include_patterns | []).length() > 0) {
+    "field metadata: not used in mirror mode: each record keeps its headers"
+  },
+  if this.mirror != null && (this.mirror.topics | {}).values().unique().length() != (this.mirror.topics | {}).values().length() {
+    "field mirror.topics: two source topics map to one target topic: a target partition would mix two source partitions"
   },
   if this.dedupe != null && (this.max_in_flight | 64) != 1 {
     "field dedupe: dedupe mode needs max_in_flight: 1 (batches in flight together reach the output in any order, and a position below one already written counts as a replay), got %v".format(this.max_in_flight | 64)
@@ -348,7 +380,8 @@ on their increase sees the first one.
 		Fields(kafkaconf.Fields()...).
 		Fields(
 			service.NewInterpolatedStringField(keoFieldTopic).
-				Description("The topic to write to. Topics must exist: transactional writes to an auto-created topic are not retried."),
+				Description("The topic to write to. Topics must exist: transactional writes to an auto-created topic are not retried. Required, except in mirror mode (`mirror`), where each record goes to its renamed source topic.").
+				Optional(),
 			service.NewInterpolatedStringField(keoFieldKey).
 				Description("The record key. Unset means a null key.").
 				Optional(),
@@ -444,6 +477,22 @@ on their increase sees the first one.
 					Advanced(),
 			).
 				Description("Dedupe mode: exactly-once end to end for inputs that replay unacknowledged messages in order (a file read from the start, a Kafka topic without a consumer group, a sequence). Each epoch stores, with its recovery identity at PREPARE, the highest position it wrote per key; once it committed these are the committed positions. A message at or below its key's committed position, or at or below a position already written by an epoch still in flight, is acknowledged and dropped, never produced again (metric `kafka_eos_dedupe_dropped`). At start an epoch left open between PREPARE and its commit is resumed (committed) and its positions applied. Needs `max_in_flight: 1` and, in the pipeline, `threads: 1`: positions are compared in the order the messages reach the output. Mutually exclusive with `consumer_group`.").
+				Optional().
+				Advanced(),
+			service.NewObjectField(keoFieldMirror,
+				service.NewStringField(keoFieldMirrorPositions).
+					Description("The positions topic on this output's cluster: a compacted topic holding, per source partition and writer (`transactional_id`), the next source offset to copy, written inside each epoch's transaction. It is the only record of the copy's progress: shared by every process of the mirror (every member of `consumer_group`), never by two mirrors. Created (compacted, one partition, the broker's default replication factor) if it does not exist; an existing one must be compacted without deletion."),
+				service.NewStringField(keoFieldMirrorPrefix).
+					Description("Prefixed to a source topic's name to name its target topic (e.g. `us-east.`), unless `topics` names it. Default empty: the same name.").
+					Default(""),
+				service.NewStringMapField(keoFieldMirrorTopics).
+					Description("Target topic names by source topic, for renames (`{orders: orders_copy}`); two source topics must not map to one target. Topics not listed get `topic_prefix` and their source name.").
+					Default(map[string]any{}),
+				service.NewBoolField(keoFieldMirrorCreate).
+					Description("Create a missing target topic with as many partitions as its source topic (the broker's default replication factor and configs), when a partition of it is first claimed. Default false: a missing target topic fails the records written to it, as in the other modes (see `unknown_topic_grace_period`). Either way a target topic with fewer partitions than its source stops the pipeline with an error naming both.").
+					Default(false),
+			).
+				Description("Mirror mode: a copy from another cluster (the `kafka_native` input of `consumer_group` reads it) to this output's cluster, exactly-once across restarts, crashes and rebalances without relying on anything on the source cluster. Each epoch writes, inside its transaction, the source positions it copied to the positions topic on this cluster; the input starts every partition from them (at start, after a restart, and for a group member at every assignment). Records keep their partition, key (null stays null), value (a tombstone stays one), headers (order and repeats kept) and timestamp; the target topic is the source topic renamed by `topic_prefix` and `topics`. `topic`, `key`, `partition`, `partitioner` and `metadata` are not used. Needs `consumer_group`; not with `dedupe`. See docs/mirror.md.").
 				Optional().
 				Advanced(),
 			service.NewDurationField(keoFieldUnknownTopicGrace).

@@ -358,8 +358,10 @@ func (o *output) toRecords(batch service.MessageBatch) *write {
 	fail := func(i int, field string, err error) {
 		w.fail(i, &MessageError{Source: msgSource(batch, i), Field: field, Err: err})
 	}
-	topicX := batch.InterpolationExecutor(o.conf.topic)
-	var keyX, partX *service.MessageBatchInterpolationExecutor
+	var topicX, keyX, partX *service.MessageBatchInterpolationExecutor
+	if o.conf.topic != nil {
+		topicX = batch.InterpolationExecutor(o.conf.topic)
+	}
 	if o.conf.key != nil {
 		keyX = batch.InterpolationExecutor(o.conf.key)
 	}
@@ -374,8 +376,14 @@ func (o *output) toRecords(batch service.MessageBatch) *write {
 				continue
 			}
 		}
-		topic, err := topicX.TryString(i)
-		if err != nil || topic == "" {
+		var topic string
+		var err error
+		if o.conf.mirror != nil {
+			if topic, err = mirrorTopic(o.conf.mirror, msg); err != nil {
+				fail(i, keoFieldMirror, err)
+				continue
+			}
+		} else if topic, err = topicX.TryString(i); err != nil || topic == "" {
 			fail(i, keoFieldTopic, fmt.Errorf("%v (topic %q)", err, topic))
 			continue
 		}
@@ -402,7 +410,13 @@ func (o *output) toRecords(batch service.MessageBatch) *write {
 			}
 			continue
 		}
-		r := &kgo.Record{Topic: topic}
+		r := &kgo.Record{Topic: topic, Value: body}
+		if o.conf.mirror != nil {
+			if err := mirrorRecord(r, msg); err != nil {
+				fail(i, keoFieldMirror, err)
+				continue
+			}
+		}
 		if o.conf.key != nil {
 			k, err := keyX.TryBytes(i)
 			if err != nil {
@@ -432,7 +446,6 @@ func (o *output) toRecords(batch service.MessageBatch) *write {
 				return nil
 			})
 		}
-		r.Value = body
 		if sz := recordSize(r); sz > o.conf.maxMessageBytes {
 			fail(i, keoFieldMaxMessageBytes, &RecordError{Topic: topic, Partition: r.Partition, Size: sz, Err: fmt.Errorf("larger than %s %d", keoFieldMaxMessageBytes, o.conf.maxMessageBytes)})
 			continue

@@ -22,6 +22,11 @@ const (
 	// Dedupe: records plus dedupe positions. An open in-doubt epoch is
 	// resumed: the input will not replay what its positions cover.
 	Dedupe
+	// Mirror: records plus the source positions, produced into the
+	// positions topic of the target cluster inside the same transaction
+	// (a copy between clusters). An open in-doubt epoch is resumed: its
+	// positions commit with it.
+	Mirror
 )
 
 func (m Mode) String() string {
@@ -32,6 +37,8 @@ func (m Mode) String() string {
 		return "kafka_to_kafka"
 	case Dedupe:
 		return "dedupe"
+	case Mirror:
+		return "mirror"
 	}
 	return fmt.Sprintf("mode(%d)", m)
 }

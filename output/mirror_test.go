@@ -1,0 +1,451 @@
+package output
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/handover"
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// mirrorEnv is a mirror job between two kfake clusters: the source topic on
+// A, its target (renamed or not) and the positions topic on B.
+type mirrorEnv struct {
+	a, b      []string
+	src, dst  string
+	group     string
+	positions string
+	// state, if set, is a kafka_state topic on B for the state cache
+	// (durable across streams); else a memory cache.
+	state string
+}
+
+const mirrorSrc = "src"
+
+func newMirrorEnv(t testing.TB, parts int32, opts ...kfake.Opt) mirrorEnv {
+	t.Helper()
+	ca, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(parts, mirrorSrc)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ca.Close)
+	cb, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(parts, "copy-"+mirrorSrc)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cb.Close)
+	return mirrorEnv{a: ca.ListenAddrs(), b: cb.ListenAddrs(), src: mirrorSrc, dst: "copy-" + mirrorSrc, group: "mirror-g", positions: "mirror-positions"}
+}
+
+// fillSource writes n records to the source, round-robin over its
+// partitions: value "v-<i>"; key "k-<i>", except every 5th (null) and every
+// 7th (empty); every 3rd has two headers of one name and one of another;
+// every 11th is a tombstone (null value); timestamps are i ms after a fixed
+// instant. It returns them as produced (with partitions and offsets).
+func fillSource(t testing.TB, brokers []string, topic string, from, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, n)
+	base := time.UnixMilli(1_700_000_000_000)
+	for j := range recs {
+		i := from + j
+		r := &kgo.Record{Topic: topic, Value: []byte(fmt.Sprintf("v-%d", i)), Timestamp: base.Add(time.Duration(i) * time.Millisecond)}
+		switch {
+		case i%5 == 0:
+		case i%7 == 0:
+			r.Key = []byte{}
+		default:
+			r.Key = []byte(fmt.Sprintf("k-%d", i))
+		}
+		if i%3 == 0 {
+			r.Headers = []kgo.RecordHeader{{Key: "h", Value: []byte("1")}, {Key: "x", Value: nil}, {Key: "h", Value: []byte("2")}}
+		}
+		if i%11 == 0 {
+			r.Value = nil
+		}
+		recs[j] = r
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// mirrorYAML is a kafka_native (A) -> kafka_eos mirror (B) stream. extraIn
+// and extraOut are added to the input's and output's blocks (lines indented
+// by 4), proc to the processors (items indented by 4).
+func (e mirrorEnv) mirrorYAML(txnID, extraIn, extraOut, proc string) string {
+	return fmt.Sprintf(`
+logger: { level: warn }
+input:
+  kafka_native:
+    seed_brokers: [ %[1]s ]
+    topics: [ %[3]s ]
+    consumer_group: %[4]s
+    start_offset: committed
+    reset_offset: earliest
+    max_batch_records: 7
+    commit_period: 50ms
+%[7]s
+pipeline:
+  threads: 1
+  processors:
+    - mapping: 'root = this.catch(content())'
+%[9]s
+output:
+  kafka_eos:
+    seed_brokers: [ %[2]s ]
+    transactional_id: %[5]s
+    consumer_group: %[4]s
+    state_cache: state
+    epoch: { interval: 20ms }
+    max_in_flight: 4
+    transaction_timeout: 10s
+    commit_timeout: 2s
+    mirror:
+      positions_topic: %[6]s
+      topics: { %[3]s: %[10]s }
+%[8]s
+%[11]s`, strings.Join(e.a, ","), strings.Join(e.b, ","), e.src, e.group, txnID, e.positions, extraIn, extraOut, proc, e.dst, e.cacheYAML())
+}
+
+func (e mirrorEnv) cacheYAML() string {
+	if e.state == "" {
+		return "cache_resources:\n  - label: state\n    memory: {}\n"
+	}
+	return fmt.Sprintf("cache_resources:\n  - label: state\n    kafka_state:\n      seed_brokers: [ %s ]\n      topic: %s\n", strings.Join(e.b, ","), e.state)
+}
+
+// bounded makes the input read to the source's end and stop.
+const bounded = "    stop_offset: latest\n"
+
+// checkMirror asserts that the target holds exactly the source's records,
+// each in its partition and in its order, with key (null and empty apart),
+// value (tombstones kept), headers and timestamp.
+func checkMirror(t testing.TB, e mirrorEnv, want int) {
+	t.Helper()
+	s, d := readRecords(t, e.a, e.src), readRecords(t, e.b, e.dst)
+	total := 0
+	for p, rs := range s {
+		total += len(rs)
+		if len(d[p]) != len(rs) {
+			t.Fatalf("partition %d: %d records in the target, %d in the source", p, len(d[p]), len(rs))
+		}
+		for i, r := range rs {
+			if err := sameRecord(r, d[p][i]); err != nil {
+				t.Fatalf("partition %d record %d (source offset %d): %v", p, i, r.Offset, err)
+			}
+		}
+	}
+	n := 0
+	for _, rs := range d {
+		n += len(rs)
+	}
+	if n != total || total != want {
+		t.Fatalf("target holds %d records, source %d, want %d", n, total, want)
+	}
+}
+
+// mirrorSeen records, per run (the count_mirror processor's run field), the
+// source partition and offset of every message that reached the pipeline:
+// what the input read from the source.
+var mirrorSeen = struct {
+	sync.Mutex
+	runs map[string]map[[2]int64]int
+}{runs: map[string]map[[2]int64]int{}}
+
+func init() {
+	if err := service.RegisterProcessor("count_mirror", service.NewConfigSpec().Field(service.NewStringField("run")),
+		func(pc *service.ParsedConfig, _ *service.Resources) (service.Processor, error) {
+			run, err := pc.FieldString("run")
+			return countProc{run}, err
+		}); err != nil {
+		panic(err)
+	}
+}
+
+type countProc struct{ run string }
+
+func (c countProc) Process(_ context.Context, m *service.Message) (service.MessageBatch, error) {
+	mirrorSeen.Lock()
+	defer mirrorSeen.Unlock()
+	if mirrorSeen.runs[c.run] == nil {
+		mirrorSeen.runs[c.run] = map[[2]int64]int{}
+	}
+	if r, ok := handover.RecordOf(m); ok {
+		mirrorSeen.runs[c.run][[2]int64{int64(r.Partition), r.Offset}]++
+		return service.MessageBatch{m}, nil
+	}
+	// An Arrow message: its rows' offsets.
+	p, _ := m.MetaGetMut("kafka_partition")
+	first, _ := m.MetaGetMut("kafka_first_offset")
+	last, _ := m.MetaGetMut("kafka_last_offset")
+	pi, _ := p.(int64)
+	fi, _ := first.(int64)
+	li, _ := last.(int64)
+	for o := fi; o <= li; o++ {
+		mirrorSeen.runs[c.run][[2]int64{pi, o}]++
+	}
+	return service.MessageBatch{m}, nil
+}
+
+func (countProc) Close(context.Context) error { return nil }
+
+// countYAML is the count_mirror processor item for run.
+func countYAML(run string) string { return fmt.Sprintf("    - count_mirror: { run: %q }\n", run) }
+
+// seen returns the source records run read (each once).
+func seen(run string) map[[2]int64]int {
+	mirrorSeen.Lock()
+	defer mirrorSeen.Unlock()
+	return maps.Clone(mirrorSeen.runs[run])
+}
+
+// positionsOf reads the positions topic on B (read_committed).
+func positionsOf(t testing.TB, e mirrorEnv) txnstate.Positions {
+	t.Helper()
+	var st txnstate.Positions
+	for _, r := range readCommittedRecords(t, e.b, e.positions, 10*time.Second, time.Minute) {
+		pr, err := txnstate.ParsePositionRecord(r.Key, r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Apply(pr)
+	}
+	return st
+}
+
+func sourceEnds(t testing.TB, e mirrorEnv) map[int32]int64 {
+	t.Helper()
+	return endOffsets(t, e.a, e.src)
+}
+
+// TestMirrorCopyAndResume: a bounded mirror copies every record to the same
+// partition of the renamed target with its key, value, headers and
+// timestamp; the positions topic on B holds every partition's end, the
+// source group on A the same (after the fact). A second run after more
+// records were written reads only those from A (the positions, not a
+// replay) and copies them once.
+func TestMirrorCopyAndResume(t *testing.T) {
+	e := newMirrorEnv(t, 3)
+	fillSource(t, e.a, e.src, 0, 200)
+	runStream(t, e.mirrorYAML("mirror-resume", bounded, "", countYAML(t.Name()+"/1")), 60*time.Second)
+	checkMirror(t, e, 200)
+	if got := len(seen(t.Name() + "/1")); got != 200 {
+		t.Fatalf("first run read %d records, want 200", got)
+	}
+	st := positionsOf(t, e)
+	for p, end := range sourceEnds(t, e) {
+		if n, ok := st.Next(txnstate.SourcePartition{Topic: e.src, Partition: p}); !ok || n != end {
+			t.Fatalf("partition %d: position %d (%v), want the end %d", p, n, ok, end)
+		}
+	}
+	wait(t, 10*time.Second, "the group's offsets on A", func() bool {
+		offs := groupOffsets(t, e.a, e.group, e.src)
+		for p, end := range sourceEnds(t, e) {
+			if offs[p] != end {
+				return false
+			}
+		}
+		return true
+	})
+
+	fillSource(t, e.a, e.src, 200, 60)
+	runStream(t, e.mirrorYAML("mirror-resume", bounded, "", countYAML(t.Name()+"/2")), 60*time.Second)
+	checkMirror(t, e, 260)
+	if got := len(seen(t.Name() + "/2")); got != 60 {
+		t.Fatalf("second run read %d records from A, want the 60 new ones", got)
+	}
+}
+
+// TestMirrorArrow: the same mirror with Arrow batches (the input's format:
+// arrow, rows written whole per message): an exact copy.
+func TestMirrorArrow(t *testing.T) {
+	e := newMirrorEnv(t, 2)
+	fillSource(t, e.a, e.src, 0, 150)
+	runStream(t, e.mirrorYAML("mirror-arrow", bounded+"    format: arrow\n", "", ""), 60*time.Second)
+	checkMirror(t, e, 150)
+	fillSource(t, e.a, e.src, 150, 40)
+	runStream(t, e.mirrorYAML("mirror-arrow", bounded+"    format: arrow\n", "", ""), 60*time.Second)
+	checkMirror(t, e, 190)
+}
+
+// mirrorBatch and mirrorInFlight are the batch size and max_in_flight of
+// mirrorYAML: at a crash, at most the batches in flight and the one in the
+// pipeline were read and not committed.
+const (
+	mirrorBatch    = 7
+	mirrorInFlight = 4
+)
+
+// TestMirrorCrash: the mirror stops dead (clients closed, nothing ended, as a
+// crash) at each point of an epoch's commit sequence, then a new stream on the
+// same state cache finishes the copy: every record exactly once, in order,
+// and the restart reads again from A at most what was in flight at the crash
+// (the positions committed with the epochs before it, or with the crashed
+// one when its commit is resumed or found), never the copy so far.
+func TestMirrorCrash(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		step commitStep
+	}{
+		{"before-prepare", stepProduced}, // aborted at restart: replayed
+		{"after-prepare", stepPrepared},  // resumed at restart
+		{"after-endtxn", stepEnded},      // found committed at restart
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMirrorEnv(t, 3)
+			e.state = "mirror-crash-state"
+			const n = 900
+			fillSource(t, e.a, e.src, 0, n)
+			run1, run2 := t.Name()+"/1", t.Name()+"/2"
+			crashed := make(chan struct{})
+			var atCrash map[[2]int64]int
+			testOutputHook = func(o *output) {
+				o.hooks = &testHooks{atStep: func(step commitStep, ep uint64) error {
+					if step != tc.step || ep < 8 || atCrash != nil {
+						return nil
+					}
+					atCrash = seen(run1)
+					close(crashed)
+					return errCrash
+				}}
+			}
+			s := buildStream(t, e.mirrorYAML("mirror-crash", bounded, "", countYAML(run1)+"    - sleep: { duration: 2ms }\n"))
+			done := make(chan error, 1)
+			go func() { done <- s.Run(context.Background()) }()
+			select {
+			case <-crashed:
+			case err := <-done:
+				t.Fatalf("the stream ended before the crash: %v", err)
+			case <-time.After(60 * time.Second):
+				t.Fatal("no crash within 60s")
+			}
+			testOutputHook = nil
+			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			_ = s.Stop(sctx)
+			cancel()
+			<-done
+			if len(atCrash) >= n {
+				t.Fatalf("the first run read everything (%d) before its crash", len(atCrash))
+			}
+
+			runStream(t, e.mirrorYAML("mirror-crash", bounded, "", countYAML(run2)), 60*time.Second)
+			checkMirror(t, e, n)
+			again := 0
+			for k := range seen(run2) {
+				if atCrash[k] > 0 {
+					again++
+				}
+			}
+			t.Logf("crash after %d records read: the restart read %d of them again (bound %d)", len(atCrash), again, (mirrorInFlight+1)*mirrorBatch)
+			if again > (mirrorInFlight+1)*mirrorBatch {
+				t.Fatalf("the restart read %d records again, more than the %d in flight at the crash", again, (mirrorInFlight+1)*mirrorBatch)
+			}
+		})
+	}
+}
+
+// unused keeps imports while the file grows.
+var _ = []any{slices.Sort[[]int], strconv.Itoa, kadm.NewClient}
+
+// mirrorMember is the YAML of one member of an unbounded mirror sharing the
+// source's partitions through group_membership.
+func (e mirrorEnv) mirrorMember(txnID, run string) string {
+	return e.mirrorYAML(txnID, "    stop_offset: none\n    group_membership: true\n    session_timeout: 6s\n    heartbeat_interval: 500ms\n    revoke_ack_timeout: 5s\n", "", countYAML(run)+"    - sleep: { duration: 1ms }\n")
+}
+
+// waitCopied waits until the target holds n records (read_committed).
+func waitCopied(t testing.TB, e mirrorEnv, n int, d time.Duration) {
+	t.Helper()
+	wait(t, d, fmt.Sprintf("%d records in the target", n), func() bool { return len(readCommittedNow(t, e.b, e.dst)) >= n })
+}
+
+// TestMirrorMembersRebalance: two members (each its own transactional_id)
+// share the source's partitions; the second joins mid-copy and the first
+// leaves mid-copy, so partitions move both ways with batches in flight. Every
+// move is a release by the old owner and a claim by the new one: nobody is
+// fenced, every record lands exactly once and in order.
+func TestMirrorMembersRebalance(t *testing.T) {
+	e := newMirrorEnv(t, 4)
+	const n = 1500
+	fillSource(t, e.a, e.src, 0, n)
+	var outs []*output
+	var mu sync.Mutex
+	testOutputHook = func(o *output) {
+		mu.Lock()
+		outs = append(outs, o)
+		mu.Unlock()
+	}
+	defer func() { testOutputHook = nil }()
+	run := func(s *service.Stream) chan error {
+		done := make(chan error, 1)
+		go func() { done <- s.Run(context.Background()) }()
+		return done
+	}
+	stop := func(s *service.Stream, done chan error) {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Stop(sctx); err != nil {
+			t.Logf("stop: %v", err)
+		}
+		<-done
+	}
+	a := buildStream(t, e.mirrorMember("mirror-member-a", t.Name()+"/a"))
+	aDone := run(a)
+	waitCopied(t, e, n/10, 60*time.Second)
+	b := buildStream(t, e.mirrorMember("mirror-member-b", t.Name()+"/b"))
+	bDone := run(b)
+	at := len(readCommittedNow(t, e.b, e.dst))
+	waitCopied(t, e, at+n/10, 60*time.Second)
+	t.Logf("a leaves at %d of %d", len(readCommittedNow(t, e.b, e.dst)), n)
+	stop(a, aDone)
+	waitCopied(t, e, n, 120*time.Second)
+	stop(b, bDone)
+	checkMirror(t, e, n)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, o := range outs {
+		if f := o.m.tally.get(metricMirrorClaims + "/" + mirrorFenced); f != 0 {
+			t.Errorf("%s fenced %d writers in a clean rebalance", o.conf.transactionalID, f)
+		}
+		t.Logf("%s: claimed %d, released %d", o.conf.transactionalID, o.m.tally.get(metricMirrorClaims+"/"+mirrorClaimed), o.m.tally.get(metricMirrorClaims+"/"+mirrorReleased))
+	}
+}
+
+// TestMirrorDocShowsExample: docs/mirror.md shows the example config as it is
+// (from its first key on; the example's lint runs in cmd/connect-eos).
+func TestMirrorDocShowsExample(t *testing.T) {
+	ex, err := os.ReadFile("../config/examples/kafka_mirror_cross_cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../docs/mirror.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := string(ex[bytes.Index(ex, []byte("\ninput:\n"))+1:])
+	if !strings.Contains(string(doc), "```yaml\n"+body+"```\n") {
+		t.Fatal("docs/mirror.md does not show config/examples/kafka_mirror_cross_cluster.yaml (from input: on) as it is")
+	}
+}
