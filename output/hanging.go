@@ -40,7 +40,9 @@ import (
 // this epoch's transaction (the slot is still held: nothing later of it can
 // be there). Markers are normally in flight for a moment after EndTxn, so it
 // is hanging only once DescribeTransactions shows the coordinator done with
-// it (not Prepare*) and a DescribeProducers after that still shows it open.
+// it (not Prepare*) and a DescribeProducers after that still shows it open,
+// in a partition that is not one of a transaction the coordinator has
+// Ongoing (whose marker will close it).
 // The same check runs at start for each slot's last decided record (the
 // state cache's COMMITTED or ABORTED), before the slot carries an epoch.
 //
@@ -355,13 +357,19 @@ func (h *hangingChecker) settle(ctx context.Context, t endedTxn, act bool) bool 
 			if derr == nil && !inFlight(st) {
 				// The coordinator is done with it: whatever is still
 				// open now is hanging (its markers would have landed
-				// before the coordinator completed it).
+				// before the coordinator completed it), except in a
+				// partition of the transaction it has Ongoing, which
+				// gets that transaction's marker when it ends.
 				open, err = h.openOf(ctx, t)
 				if err == nil {
-					if len(open) > 0 {
-						h.hung(ctx, t, st, open, act)
+					if len(open) == 0 {
+						return true
 					}
-					return true
+					if hung := slices.DeleteFunc(slices.Clone(open), func(p openPart) bool { return ongoingIn(st, p) }); len(hung) > 0 {
+						h.hung(ctx, t, st, hung, act)
+						return true
+					}
+					err = fmt.Errorf("still open in %v, partitions of the transaction the coordinator has Ongoing", open)
 				}
 			}
 			err = cmp.Or(derr, err)
@@ -376,6 +384,16 @@ func (h *hangingChecker) settle(ctx context.Context, t endedTxn, act bool) bool 
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// ongoingIn says whether the coordinator's current transaction is Ongoing
+// with p among its partitions: that transaction's marker will close p.
+func ongoingIn(st kadm.DescribedTransaction, p openPart) bool {
+	if st.State != txnstate.BrokerOngoing {
+		return false
+	}
+	_, ok := st.Topics[p.topic][p.partition]
+	return ok
 }
 
 // inFlight says whether the coordinator may still be writing markers.

@@ -68,3 +68,19 @@ func TestHangingContradicts(t *testing.T) {
 		}
 	}
 }
+
+// TestHangingOngoingIn: a partition of the transaction the coordinator has
+// Ongoing is not hanging (that transaction's marker will close it).
+func TestHangingOngoingIn(t *testing.T) {
+	st := kadm.DescribedTransaction{State: txnstate.BrokerOngoing, Topics: kadm.TopicsSet{"out": {1: {}}}}
+	if !ongoingIn(st, openPart{topic: "out", partition: 1}) {
+		t.Error("out/1 is in the Ongoing transaction")
+	}
+	if ongoingIn(st, openPart{topic: "out", partition: 2}) {
+		t.Error("out/2 is not in the Ongoing transaction")
+	}
+	st.State = txnstate.BrokerCompleteCommit
+	if ongoingIn(st, openPart{topic: "out", partition: 1}) {
+		t.Error("a completed transaction closes nothing more")
+	}
+}
