@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +34,9 @@ type mirrorEnv struct {
 	// state, if set, is a kafka_state topic on B for the state cache
 	// (durable across streams); else a memory cache.
 	state string
+	// id prefixes the transactional ids and state topics (unique on a
+	// real broker).
+	id string
 }
 
 const mirrorSrc = "src"
@@ -48,7 +53,7 @@ func newMirrorEnv(t testing.TB, parts int32, opts ...kfake.Opt) mirrorEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(cb.Close)
-	return mirrorEnv{a: ca.ListenAddrs(), b: cb.ListenAddrs(), src: mirrorSrc, dst: "copy-" + mirrorSrc, group: "mirror-g", positions: "mirror-positions"}
+	return mirrorEnv{a: ca.ListenAddrs(), b: cb.ListenAddrs(), src: mirrorSrc, dst: "copy-" + mirrorSrc, group: "mirror-g", positions: "mirror-positions", id: "mirror-"}
 }
 
 // fillSource writes n records to the source, round-robin over its
@@ -246,10 +251,11 @@ func sourceEnds(t testing.TB, e mirrorEnv) map[int32]int64 {
 // source group on A the same (after the fact). A second run after more
 // records were written reads only those from A (the positions, not a
 // replay) and copies them once.
-func TestMirrorCopyAndResume(t *testing.T) {
-	e := newMirrorEnv(t, 3)
+func TestMirrorCopyAndResume(t *testing.T) { testMirrorCopyAndResume(t, newMirrorEnv(t, 3)) }
+
+func testMirrorCopyAndResume(t *testing.T, e mirrorEnv) {
 	fillSource(t, e.a, e.src, 0, 200)
-	runStream(t, e.mirrorYAML("mirror-resume", bounded, "", countYAML(t.Name()+"/1")), 60*time.Second)
+	runStream(t, e.mirrorYAML(e.id+"resume", bounded, "", countYAML(t.Name()+"/1")), 60*time.Second)
 	checkMirror(t, e, 200)
 	if got := len(seen(t.Name() + "/1")); got != 200 {
 		t.Fatalf("first run read %d records, want 200", got)
@@ -271,7 +277,7 @@ func TestMirrorCopyAndResume(t *testing.T) {
 	})
 
 	fillSource(t, e.a, e.src, 200, 60)
-	runStream(t, e.mirrorYAML("mirror-resume", bounded, "", countYAML(t.Name()+"/2")), 60*time.Second)
+	runStream(t, e.mirrorYAML(e.id+"resume", bounded, "", countYAML(t.Name()+"/2")), 60*time.Second)
 	checkMirror(t, e, 260)
 	if got := len(seen(t.Name() + "/2")); got != 60 {
 		t.Fatalf("second run read %d records from A, want the 60 new ones", got)
@@ -280,13 +286,14 @@ func TestMirrorCopyAndResume(t *testing.T) {
 
 // TestMirrorArrow: the same mirror with Arrow batches (the input's format:
 // arrow, rows written whole per message): an exact copy.
-func TestMirrorArrow(t *testing.T) {
-	e := newMirrorEnv(t, 2)
+func TestMirrorArrow(t *testing.T) { testMirrorArrow(t, newMirrorEnv(t, 2)) }
+
+func testMirrorArrow(t *testing.T, e mirrorEnv) {
 	fillSource(t, e.a, e.src, 0, 150)
-	runStream(t, e.mirrorYAML("mirror-arrow", bounded+"    format: arrow\n", "", ""), 60*time.Second)
+	runStream(t, e.mirrorYAML(e.id+"arrow", bounded+"    format: arrow\n", "", ""), 60*time.Second)
 	checkMirror(t, e, 150)
 	fillSource(t, e.a, e.src, 150, 40)
-	runStream(t, e.mirrorYAML("mirror-arrow", bounded+"    format: arrow\n", "", ""), 60*time.Second)
+	runStream(t, e.mirrorYAML(e.id+"arrow", bounded+"    format: arrow\n", "", ""), 60*time.Second)
 	checkMirror(t, e, 190)
 }
 
@@ -305,6 +312,10 @@ const (
 // (the positions committed with the epochs before it, or with the crashed
 // one when its commit is resumed or found), never the copy so far.
 func TestMirrorCrash(t *testing.T) {
+	testMirrorCrash(t, func(t *testing.T) mirrorEnv { return newMirrorEnv(t, 3) })
+}
+
+func testMirrorCrash(t *testing.T, env func(t *testing.T) mirrorEnv) {
 	for _, tc := range []struct {
 		name string
 		step commitStep
@@ -314,8 +325,8 @@ func TestMirrorCrash(t *testing.T) {
 		{"after-endtxn", stepEnded},      // found committed at restart
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newMirrorEnv(t, 3)
-			e.state = "mirror-crash-state"
+			e := env(t)
+			e.state = e.id + "crash-state"
 			const n = 900
 			fillSource(t, e.a, e.src, 0, n)
 			run1, run2 := t.Name()+"/1", t.Name()+"/2"
@@ -331,7 +342,7 @@ func TestMirrorCrash(t *testing.T) {
 					return errCrash
 				}}
 			}
-			s := buildStream(t, e.mirrorYAML("mirror-crash", bounded, "", countYAML(run1)+"    - sleep: { duration: 2ms }\n"))
+			s := buildStream(t, e.mirrorYAML(e.id+"crash", bounded, "", countYAML(run1)+"    - sleep: { duration: 2ms }\n"))
 			done := make(chan error, 1)
 			go func() { done <- s.Run(context.Background()) }()
 			select {
@@ -350,7 +361,7 @@ func TestMirrorCrash(t *testing.T) {
 				t.Fatalf("the first run read everything (%d) before its crash", len(atCrash))
 			}
 
-			runStream(t, e.mirrorYAML("mirror-crash", bounded, "", countYAML(run2)), 60*time.Second)
+			runStream(t, e.mirrorYAML(e.id+"crash", bounded, "", countYAML(run2)), 60*time.Second)
 			checkMirror(t, e, n)
 			again := 0
 			for k := range seen(run2) {
@@ -386,8 +397,9 @@ func waitCopied(t testing.TB, e mirrorEnv, n int, d time.Duration) {
 // leaves mid-copy, so partitions move both ways with batches in flight. Every
 // move is a release by the old owner and a claim by the new one: nobody is
 // fenced, every record lands exactly once and in order.
-func TestMirrorMembersRebalance(t *testing.T) {
-	e := newMirrorEnv(t, 4)
+func TestMirrorMembersRebalance(t *testing.T) { testMirrorMembersRebalance(t, newMirrorEnv(t, 4)) }
+
+func testMirrorMembersRebalance(t *testing.T, e mirrorEnv) {
 	const n = 1500
 	fillSource(t, e.a, e.src, 0, n)
 	var outs []*output
@@ -411,10 +423,10 @@ func TestMirrorMembersRebalance(t *testing.T) {
 		}
 		<-done
 	}
-	a := buildStream(t, e.mirrorMember("mirror-member-a", t.Name()+"/a"))
+	a := buildStream(t, e.mirrorMember(e.id+"member-a", t.Name()+"/a"))
 	aDone := run(a)
 	waitCopied(t, e, n/10, 60*time.Second)
-	b := buildStream(t, e.mirrorMember("mirror-member-b", t.Name()+"/b"))
+	b := buildStream(t, e.mirrorMember(e.id+"member-b", t.Name()+"/b"))
 	bDone := run(b)
 	at := len(readCommittedNow(t, e.b, e.dst))
 	waitCopied(t, e, at+n/10, 60*time.Second)
@@ -448,4 +460,76 @@ func TestMirrorDocShowsExample(t *testing.T) {
 	if !strings.Contains(string(doc), "```yaml\n"+body+"```\n") {
 		t.Fatal("docs/mirror.md does not show config/examples/kafka_mirror_cross_cluster.yaml (from input: on) as it is")
 	}
+}
+
+// TestMirrorMembersKillNine: two member processes (child processes) share
+// the source; one is SIGKILLed mid-copy and stays down: the other takes its
+// partitions over after its session times out, fencing its transactional ids
+// (it released nothing), and resumes them from the killed one's last
+// committed positions. Then the killed one restarts (what it held was
+// released in its name by the fence), the survivor is killed, and the
+// restarted one takes everything over, fencing the survivor. Every record
+// exactly once, in order.
+func TestMirrorMembersKillNine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	testMirrorMembersKillNine(t, newMirrorEnv(t, 4))
+}
+
+func testMirrorMembersKillNine(t *testing.T, e mirrorEnv) {
+	e.state = e.id + "kill-state"
+	const n = 3000
+	fillSource(t, e.a, e.src, 0, n)
+	member := func(id string) string {
+		y := e.mirrorMember(e.id+"kill-"+id, "child")
+		y = strings.Replace(y, "logger: { level: warn }", "logger: { level: info }", 1)
+		return strings.Replace(y, countYAML("child"), "", 1)
+	}
+	progress := func() int { return len(readCommittedNow(t, e.b, e.dst)) }
+	type child struct {
+		cmd *exec.Cmd
+		out *bytes.Buffer
+	}
+	start := func(id string) child {
+		cmd, out := startChild(t, member(id))
+		return child{cmd, out}
+	}
+	kill := func(name string, c child) {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		_ = c.cmd.Wait()
+		logRecovery(t, name, c.out.String())
+	}
+	a, b := start("a"), start("b")
+	defer func() {
+		for _, c := range []child{a, b} {
+			if c.cmd.ProcessState == nil {
+				_ = c.cmd.Process.Kill()
+				_ = c.cmd.Wait()
+			}
+		}
+	}()
+	waitCopied(t, e, n/5, 60*time.Second)
+	kill("a", a)
+	at := progress()
+	t.Logf("a killed at %d of %d", at, n)
+	wait(t, 90*time.Second, "b fences a to take its partitions over", func() bool { return strings.Contains(b.out.String(), fmt.Sprintf(`writer \"%skill-a\" holds partitions`, e.id)) })
+	waitCopied(t, e, at+n/5, 90*time.Second)
+	a = start("a")
+	at = progress()
+	waitCopied(t, e, at+n/10, 60*time.Second)
+	kill("b", b)
+	t.Logf("b killed at %d of %d", progress(), n)
+	waitCopied(t, e, n, 120*time.Second)
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.cmd.Wait()
+	for _, l := range strings.Split(a.out.String()+b.out.String(), "\n") {
+		if strings.Contains(l, "mirror:") || strings.Contains(l, "level=warn") || strings.Contains(l, "level=error") || strings.Contains(l, "Assigned") || strings.Contains(l, "Revoked") {
+			t.Log(l[strings.Index(l, "msg="):])
+		}
+	}
+	if !strings.Contains(a.out.String(), fmt.Sprintf(`writer \"%skill-b\" holds partitions`, e.id)) {
+		t.Error("the restarted a did not fence b when it took b's partitions over")
+	}
+	checkMirror(t, e, n)
 }
