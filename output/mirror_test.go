@@ -513,7 +513,9 @@ func testMirrorMembersKillNine(t *testing.T, e mirrorEnv) {
 	kill("a", a)
 	at := progress()
 	t.Logf("a killed at %d of %d", at, n)
-	wait(t, 90*time.Second, "b fences a to take its partitions over", func() bool { return strings.Contains(b.out.String(), fmt.Sprintf(`writer \"%skill-a\" holds partitions`, e.id)) })
+	wait(t, 90*time.Second, "b fences a to take its partitions over", func() bool {
+		return strings.Contains(b.out.String(), fmt.Sprintf(`writer \"%skill-a\" holds partitions`, e.id))
+	})
 	waitCopied(t, e, at+n/5, 90*time.Second)
 	a = start("a")
 	at = progress()
