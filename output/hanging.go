@@ -178,9 +178,7 @@ func (o *output) startHanging(ctx context.Context) {
 		h.last[s] = t.epoch
 		cctx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
 		if !h.check(cctx, t) {
-			h.mu.Lock()
-			h.pending = append(h.pending, t)
-			h.mu.Unlock()
+			h.addPending(t)
 		}
 		cancel()
 	}
@@ -220,6 +218,19 @@ func recordOf(rec []txnstate.Record) txnstate.Record {
 	return txnstate.Record{}
 }
 
+// maxPending bounds the checks kept for a later try; the oldest goes first.
+const maxPending = 256
+
+func (h *hangingChecker) addPending(t endedTxn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.pending) >= maxPending {
+		h.o.log.Warnf("kafka_eos: more than %d checks for hanging transactions could not finish; %v is no longer checked", maxPending, h.pending[0])
+		h.pending = h.pending[1:]
+	}
+	h.pending = append(h.pending, t)
+}
+
 func (h *hangingChecker) disabled() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -241,9 +252,7 @@ func (h *hangingChecker) run(runCtx context.Context) {
 			cctx, ccancel := context.WithTimeout(ctx, h.o.conf.commitBudget)
 			if !h.check(cctx, j.t) && ctx.Err() == nil {
 				h.o.log.Warnf("kafka_eos: could not establish within %v whether %v left a partition with its transaction open; its slot goes on, checked again every %v", h.o.conf.commitBudget, j.t, hangingRecheck)
-				h.mu.Lock()
-				h.pending = append(h.pending, j.t)
-				h.mu.Unlock()
+				h.addPending(j.t)
 			}
 			ccancel()
 			if j.release {
@@ -267,35 +276,39 @@ func (h *hangingChecker) run(runCtx context.Context) {
 	}
 }
 
-// recheck runs the pending checks, each with its slot held.
+// recheck runs the pending checks, each with its slot held, for at most
+// commit_timeout in all (the epochs' checks wait meanwhile); what is left
+// waits for the next tick.
 func (h *hangingChecker) recheck(ctx context.Context) {
 	h.mu.Lock()
 	pending := h.pending
 	h.pending = nil
 	h.mu.Unlock()
-	for _, t := range pending {
-		if !h.hold(ctx, t.slot) {
-			h.mu.Lock()
-			h.pending = append(h.pending, t)
-			h.mu.Unlock()
+	rctx, rcancel := context.WithTimeout(ctx, h.o.conf.commitBudget)
+	defer rcancel()
+	for i, t := range pending {
+		if rctx.Err() != nil {
+			for _, t := range pending[i:] {
+				h.addPending(t)
+			}
+			return
+		}
+		if !h.hold(rctx, t.slot) {
+			h.addPending(t)
 			continue
 		}
 		h.mu.Lock()
 		latest := h.last[t.slot] == t.epoch
 		h.mu.Unlock()
-		cctx, cancel := context.WithTimeout(ctx, h.o.conf.commitBudget)
 		var ok bool
 		if latest {
-			ok = h.check(cctx, t)
+			ok = h.check(rctx, t)
 		} else {
-			ok = h.reportOnly(cctx, t)
+			ok = h.reportOnly(rctx, t)
 		}
-		cancel()
 		h.o.releaseSlot(t.slot)
 		if !ok && ctx.Err() == nil {
-			h.mu.Lock()
-			h.pending = append(h.pending, t)
-			h.mu.Unlock()
+			h.addPending(t)
 		}
 	}
 }
