@@ -1,9 +1,14 @@
 package output
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/connect-eos/connect-eos/txnstate"
 )
@@ -82,5 +87,31 @@ func TestHangingOngoingIn(t *testing.T) {
 	st.State = txnstate.BrokerCompleteCommit
 	if ongoingIn(st, openPart{topic: "out", partition: 1}) {
 		t.Error("a completed transaction closes nothing more")
+	}
+}
+
+// TestHangingCheckOffWithoutRead: a user with the least ACLs of the copy
+// (Write on the output topic and the transactional ids, no Read) copies as
+// before; the check's DescribeProducers is refused and the check turns
+// itself off (one warning) instead of holding the slots.
+func TestHangingCheckOffWithoutRead(t *testing.T) {
+	c := newCluster(t, kfake.EnableSASL(), kfake.EnableACLs(), kfake.Superuser("PLAIN", "admin", "admin"),
+		kfake.User("PLAIN", "writer", "pw",
+			kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: testTopic, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationWrite, Allow: true},
+			kfake.ACL{Resource: kmsg.ACLResourceTypeTransactionalId, Name: "writer-", Pattern: kmsg.ACLResourcePatternTypePrefixed, Operation: kmsg.ACLOperationWrite, Allow: true},
+		))
+	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "writer-x", "sasl: { mechanism: PLAIN, username: writer, password: pw }\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 3 {
+		if err := o.WriteBatch(ctx, batchOf(fmt.Sprintf("b%d", i), 5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !o.hanging.disabled() {
+		t.Fatal("the check is still on although DescribeProducers needs Read on the topic")
+	}
+	if n := o.m.tally.get("hanging_checks"); n < 1 {
+		t.Fatalf("%d checks: the first epoch's check should have tried", n)
 	}
 }
