@@ -44,6 +44,9 @@ type broker struct {
 	// then the bootstrap list and dir the cluster's state dir; its rounds
 	// act on cluster.nodes.
 	cluster *cluster
+	// source is, for mirror runs (TestChaosMirror), the cluster the
+	// input reads; this broker is then the target.
+	source *broker
 }
 
 // upBroker starts (or reuses) the broker named name with up.sh.

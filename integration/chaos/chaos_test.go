@@ -318,10 +318,15 @@ type runCfg struct {
 	outParts      int32
 	group, state  string
 	txnID         string
-	processes     int
-	rate          int
-	maxInFlight   int
-	batch         int
+	// srcBrokers is where the input reads when it is not brokers (mirror
+	// mode: the source cluster; brokers is then the target's).
+	srcBrokers string
+	// positions is the mirror's positions topic (on the target).
+	positions   string
+	processes   int
+	rate        int
+	maxInFlight int
+	batch       int
 	// deadLetters is the directory of the batching variant's dead-letter
 	// output.
 	deadLetters string
@@ -356,7 +361,10 @@ var oversized = bytes.Repeat([]byte("X"), 100_000)
 
 // arrow: both sides in Arrow mode (kafka_native format: arrow, one message
 // per partition batch; kafka_eos input_format: arrow, one record per row).
-func (c runCfg) arrow() bool { return strings.HasSuffix(c.variant, "-arrow") }
+func (c runCfg) arrow() bool { return strings.Contains(c.variant, "-arrow") }
+
+// inBrokers is where the input reads.
+func (c runCfg) inBrokers() string { return cmp.Or(c.srcBrokers, c.brokers) }
 
 // config writes the connect-eos config of process slot i.
 func (c runCfg) config(dir string, i int) (string, error) {
@@ -378,7 +386,7 @@ input:
   kafka_native:
     seed_brokers: [ %[1]s ]
     topics: [ %[2]s ]
-`, c.brokers, topics, level)
+`, c.inBrokers(), topics, level)
 	if c.mode == "dedupe" {
 		// A replayable ordered source: no consumer group, every start
 		// reads each partition from its beginning; the output drops what
@@ -418,44 +426,26 @@ input:
 	}
 	out := &strings.Builder{}
 	fmt.Fprintf(out, `    seed_brokers: [ %[1]s ]
-    topic: %[2]s
-    transactional_id: %[3]s-%[4]d
+    transactional_id: %[2]s-%[3]d
     state_cache: eos_state
     epoch:
       interval: 100ms
-`, c.brokers, c.out, c.txnID, i)
+`, c.brokers, c.txnID, i)
+	if c.mode != "mirror" {
+		fmt.Fprintf(out, "    topic: %s\n", c.out)
+	}
 	ob := b
 	b = strings.Builder{}
-	switch c.variant {
-	case "2to3", "2to3-unbounded":
-		b.WriteString("    key: '${! content() }'\n    partitioner: murmur2\n")
-		if c.maxInFlight > 0 {
-			fmt.Fprintf(&b, "    max_in_flight: %d\n", c.maxInFlight)
-		}
-	case "1to1", "1to1-batching":
-		// Each record keeps its partition; order per partition is checked.
-		// Kafka-to-Kafka mode keeps it with batches in flight together
-		// (each waits for its predecessor, epochs write a partition in
-		// order); plain mode only with one in flight.
-		b.WriteString("    partitioner: manual\n    partition: '${! metadata(\"kafka_partition\") }'\n")
-		fmt.Fprintf(&b, "    max_in_flight: %s\n", inFlight(c.mode, c.variant, c.maxInFlight))
-		if c.batching() {
-			// Output batching across input batches, and a record in the
-			// input too large for max_message_bytes (runChaos writes it).
-			b.WriteString("    max_message_bytes: 65536\n    batching:\n      count: 64\n      period: 20ms\n")
-		}
-	case "1to1-arrow":
-		// Each row keeps its partition under the manual partitioner.
-		// Source timestamps kept: the producer then runs without franz-go's
-		// record delivery timeout (measured from the record's timestamp),
-		// bounded by the epoch's deadline.
-		b.WriteString("    input_format: arrow\n    arrow_timestamps: true\n    partitioner: manual\n    max_in_flight: 1\n")
-	}
-	if c.mode == "k2k" {
-		fmt.Fprintf(&b, "    consumer_group: %s\n", c.group)
-	}
-	if c.mode == "dedupe" {
-		b.WriteString("    dedupe:\n      key: '${! metadata(\"kafka_partition\") }'\n      position: '${! metadata(\"kafka_offset\") }'\n")
+	switch {
+	case c.mode == "mirror":
+		// Each record keeps its partition, key, headers and timestamp;
+		// the target is the source topic renamed. Batches in flight
+		// together keep each partition's order, as in Kafka-to-Kafka
+		// mode.
+		fmt.Fprintf(&b, "    consumer_group: %s\n    max_in_flight: %s\n    mirror:\n      positions_topic: %s\n      topics: { %s: %s }\n",
+			c.group, inFlight(c.mode, c.variant, c.maxInFlight), c.positions, c.in, c.out)
+	default:
+		c.outputFields(&b)
 	}
 	out.WriteString(b.String())
 	b = ob
@@ -502,6 +492,42 @@ input:
 	return path, os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
+// outputFields writes the kafka_eos fields of the modes other than mirror
+// that depend on the variant and the mode.
+func (c runCfg) outputFields(b *strings.Builder) {
+	switch c.variant {
+	case "2to3", "2to3-unbounded":
+		b.WriteString("    key: '${! content() }'\n    partitioner: murmur2\n")
+		if c.maxInFlight > 0 {
+			fmt.Fprintf(b, "    max_in_flight: %d\n", c.maxInFlight)
+		}
+	case "1to1", "1to1-batching":
+		// Each record keeps its partition; order per partition is checked.
+		// Kafka-to-Kafka mode keeps it with batches in flight together
+		// (each waits for its predecessor, epochs write a partition in
+		// order); plain mode only with one in flight.
+		b.WriteString("    partitioner: manual\n    partition: '${! metadata(\"kafka_partition\") }'\n")
+		fmt.Fprintf(b, "    max_in_flight: %s\n", inFlight(c.mode, c.variant, c.maxInFlight))
+		if c.batching() {
+			// Output batching across input batches, and a record in the
+			// input too large for max_message_bytes (runChaos writes it).
+			b.WriteString("    max_message_bytes: 65536\n    batching:\n      count: 64\n      period: 20ms\n")
+		}
+	case "1to1-arrow":
+		// Each row keeps its partition under the manual partitioner.
+		// Source timestamps kept: the producer then runs without franz-go's
+		// record delivery timeout (measured from the record's timestamp),
+		// bounded by the epoch's deadline.
+		b.WriteString("    input_format: arrow\n    arrow_timestamps: true\n    partitioner: manual\n    max_in_flight: 1\n")
+	}
+	if c.mode == "k2k" {
+		fmt.Fprintf(b, "    consumer_group: %s\n", c.group)
+	}
+	if c.mode == "dedupe" {
+		b.WriteString("    dedupe:\n      key: '${! metadata(\"kafka_partition\") }'\n      position: '${! metadata(\"kafka_offset\") }'\n")
+	}
+}
+
 // lint reports whether the binary accepts a config (used to find out whether
 // a mode's fields exist yet).
 func lint(bin, path string) (bool, string) {
@@ -516,25 +542,33 @@ type stats struct {
 	idleZombies                                       int
 	killsAt                                           []int64 // the copy's progress when each SIGKILL landed
 	cl                                                clusterStats
+	srcBounces                                        int // mirror: the bounces of the source cluster
 }
 
 func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed uint64) {
 	switch variant {
-	case "2to3", "1to1", "2to3-unbounded", "1to1-arrow", "1to1-batching":
+	case "2to3", "1to1", "2to3-unbounded", "1to1-arrow", "1to1-batching", "1to1-unbounded", "1to1-arrow-unbounded":
 	default:
-		t.Fatalf("unknown variant %q (2to3, 1to1, 2to3-unbounded, 1to1-arrow, 1to1-batching)", variant)
+		t.Fatalf("unknown variant %q (2to3, 1to1, 2to3-unbounded, 1to1-arrow, 1to1-batching; mirror: 1to1-unbounded, 1to1-arrow-unbounded)", variant)
 	}
 	if variant == "1to1-batching" && mode != "k2k" {
 		t.Fatalf("the batching variant runs in k2k mode, not %s", mode)
 	}
 	switch mode {
 	case "plain", "k2k":
+	case "mirror":
+		if b.source == nil {
+			t.Fatal("mirror mode runs in TestChaosMirror, with a source and a target cluster")
+		}
+		if variant != "1to1" && variant != "1to1-unbounded" && variant != "1to1-arrow-unbounded" {
+			t.Fatalf("mirror mode keeps partitions: variants 1to1, 1to1-unbounded, 1to1-arrow-unbounded, not %q", variant)
+		}
 	case "dedupe":
 		if variant != "2to3" && variant != "1to1" {
 			t.Fatalf("dedupe mode runs the bounded variants (2to3, 1to1), not %q: without a consumer group the input replays from the start at every restart", variant)
 		}
 	default:
-		t.Fatalf("unknown mode %q (plain, k2k, dedupe)", mode)
+		t.Fatalf("unknown mode %q (plain, k2k, dedupe, mirror)", mode)
 	}
 	if strings.HasSuffix(variant, "-unbounded") {
 		// Two members make every kill, SIGTERM and new process a
@@ -543,6 +577,16 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 			k.processes = 2
 		}
 		k.brokerKill9 = os.Getenv("CHAOS_UNBOUNDED_BROKER_KILL9") == "1"
+	}
+	// src is the cluster the input reads: the target's own except in
+	// mirror mode.
+	src := b
+	if mode == "mirror" {
+		src = b.source
+		// The offsets that matter are the positions on the target, not
+		// the group's on the source: kill -9 bounces of both clusters
+		// unless CHAOS_MIRROR_BROKER_KILL9=0.
+		k.brokerKill9 = os.Getenv("CHAOS_MIRROR_BROKER_KILL9") != "0"
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	// A failed run prints no summary line: the seed replays its plan.
@@ -569,12 +613,15 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	}
 	uniq := fmt.Sprintf("chaos-%s-%s-%d", mode, variant, time.Now().UnixNano())
 	c := runCfg{
-		mode: mode, variant: variant, brokers: b.addr,
+		mode: mode, variant: variant, brokers: b.addr, positions: uniq + "-positions",
 		in: "lint-in", out: "lint-out", outParts: outParts,
 		group: uniq + "-group", state: uniq + "-state", txnID: uniq,
 		processes: k.processes, rate: k.rate, maxInFlight: k.maxInFlight, batch: k.batch,
 		stops:       map[int32]int64{0: 1, 1: 1}, // for lint; set below
 		deadLetters: filepath.Join(logDir, "dead-letters"),
+	}
+	if mode == "mirror" {
+		c.srcBrokers = src.addr
 	}
 	if err := os.MkdirAll(c.deadLetters, 0o755); err != nil {
 		t.Fatal(err)
@@ -600,7 +647,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	if ok, out := lint(bin, lintConf); !ok {
 		t.Fatalf("connect-eos lint %s: %s", lintConf, out)
 	}
-	c.in, c.out = kafkatest.Topic(t, b.addr, 2), kafkatest.Topic(t, b.addr, outParts)
+	c.in, c.out = kafkatest.Topic(t, src.addr, 2), kafkatest.Topic(t, b.addr, outParts)
 
 	// The input: the head, n-tail unique integers from Kafka's
 	// VerifiableProducer, now; the tail, the last values, only after the
@@ -609,20 +656,20 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	nTail := tailSize(k.records)
 	head := k.records - nTail
 	fctx, fcancel := context.WithTimeout(ctx, 5*time.Minute)
-	input, err := fill(fctx, b.addr, c.in, head)
+	input, err := fill(fctx, src.addr, c.in, head)
 	fcancel()
 	if err != nil {
 		t.Fatal(err)
 	}
 	split := tailSplit(nTail)
-	if err := checkEnds(ctx, b.addr, c.in, input); err != nil {
+	if err := checkEnds(ctx, src.addr, c.in, input); err != nil {
 		t.Fatal(err)
 	}
 	// The batching variant: one record too large for the output at the end
 	// of partition 0's head, copied through the rounds like the rest.
 	extra := map[int32]int{}
 	if c.batching() {
-		if err := writeOversized(ctx, b.addr, c.in, int64(len(input[0]))); err != nil {
+		if err := writeOversized(ctx, src.addr, c.in, int64(len(input[0]))); err != nil {
 			t.Fatal(err)
 		}
 		extra[0] = 1
@@ -644,7 +691,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		// before the input handed its starts over: without them a
 		// partition's first epochs committed records without offsets (a
 		// crash then copied them again).
-		cadm := kadm.NewClient(kafkatest.Client(t, b.addr))
+		cadm := kadm.NewClient(kafkatest.Client(t, src.addr))
 		var offs kadm.Offsets
 		for p := range int32(2) {
 			offs.AddOffset(c.in, p, 0, -1)
@@ -861,11 +908,22 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 			st.sigterms++
 			start(i)
 		case evBrokerHard, evBrokerClean:
-			took, err := b.bounce(ctx, ev == evBrokerHard, time.Duration(rng.IntN(2000))*time.Millisecond, c.in, c.out)
+			// Mirror mode bounces both clusters: the target, the source,
+			// the source, the target, ... (with kill -9 and clean
+			// alternating in time, each cluster gets both).
+			bb, which, topics := b, "broker", []string{c.in, c.out}
+			if mode == "mirror" {
+				bb, which, topics = b, "target", []string{c.out}
+				if n := st.brokerHard + st.brokerClean; n%4 == 1 || n%4 == 2 {
+					bb, which, topics = src, "source", []string{c.in}
+					st.srcBounces++
+				}
+			}
+			took, err := bb.bounce(ctx, ev == evBrokerHard, time.Duration(rng.IntN(2000))*time.Millisecond, topics...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("round %d: broker back after %v", round+1, took.Round(time.Millisecond))
+			t.Logf("round %d: %s back after %v", round+1, which, took.Round(time.Millisecond))
 			if ev == evBrokerHard {
 				st.brokerHard++
 			} else {
@@ -907,7 +965,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	at := prog.distinct.Load()
 	t.Logf("the %d rounds ran (copy at %d/%d records); writing the input's last %d records", len(plan), at, n, nTail)
 	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
-	tail, err := fillTail(tctx, b.addr, c.in, head, split, input, extra)
+	tail, err := fillTail(tctx, src.addr, c.in, head, split, input, extra)
 	tcancel()
 	if err != nil {
 		t.Fatal(err)
@@ -922,7 +980,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	// the output and the group's lag is 0, every process gets a SIGTERM
 	// and must stop cleanly.
 	if c.unbounded() {
-		ladm := kadm.NewClient(kafkatest.Client(t, b.addr))
+		ladm := kadm.NewClient(kafkatest.Client(t, src.addr))
 		waitFor(n)
 		for {
 			supervise()
@@ -1050,6 +1108,19 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		mode, variant, b.tv, k.processes, n, total, v.dups, v.missing, v.extra, v.wrongKey, v.wrongPart,
 		st.kills, st.sigterms, st.brokerHard+st.brokerClean, st.brokerHard, st.brokerClean, st.zombies, st.zombieExits, st.idleZombies,
 		len(st.unplanned), strings.Join(dec, " "), c.rate, inFlight(mode, variant, c.maxInFlight), cmp.Or(k.batch, 1024), strict, seed, copied.Seconds())
+	if mode == "mirror" {
+		var logs []string
+		for _, cp := range all {
+			logs = append(logs, cp.logPath)
+		}
+		// Fences: a member took over partitions another had not
+		// released (it died, or missed its revoke); releases at start:
+		// a restarted process gave up what its previous run held.
+		fences := countLines(logs, regexp.MustCompile(`kafka_eos: mirror: writer .* holds partitions`))
+		restarts := countLines(logs, regexp.MustCompile(`left claimed by the previous run`))
+		summary += fmt.Sprintf(" source_restarts=%d target_restarts=%d writers_fenced=%d released_at_start=%d",
+			st.srcBounces, st.brokerHard+st.brokerClean-st.srcBounces, fences, restarts)
+	}
 	if b.cluster != nil {
 		var logs []string
 		for _, cp := range all {
@@ -1128,8 +1199,11 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		}
 	}
 
-	// The group's lag is 0 and no transaction is left open.
+	// The group's lag is 0 (mirror: the group on the source, committed
+	// after the fact, and the positions on the target) and no transaction
+	// is left open.
 	adm := kadm.NewClient(kafkatest.Client(t, b.addr))
+	sadm := kadm.NewClient(kafkatest.Client(t, src.addr))
 	actx, acancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer acancel()
 	// Retried: a broker bounced a little earlier can still answer
@@ -1139,7 +1213,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		if mode == "dedupe" {
 			break // no consumer group: the positions are the output's
 		}
-		if lag, err = groupLag(actx, adm, c.group, c.in); err == nil {
+		if lag, err = groupLag(actx, sadm, c.group, c.in); err == nil {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -1150,6 +1224,11 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	for p, l := range lag {
 		if l != 0 {
 			t.Errorf("group %s: lag %d on %s[%d] after the copy finished", c.group, l, c.in, p)
+		}
+	}
+	if mode == "mirror" {
+		if err := checkPositions(actx, b.addr, c.positions, c.in, input); err != nil {
+			t.Error(err)
 		}
 	}
 	var open []string
@@ -1334,7 +1413,16 @@ func stallReport(b *broker, c runCfg) string {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	var parts []string
-	lag, err := groupLag(ctx, adm, c.group, c.in)
+	lagAdm := adm
+	if c.srcBrokers != "" {
+		scl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(c.srcBrokers, ",")...))
+		if err != nil {
+			return err.Error()
+		}
+		defer scl.Close()
+		lagAdm = kadm.NewClient(scl)
+	}
+	lag, err := groupLag(ctx, lagAdm, c.group, c.in)
 	parts = append(parts, fmt.Sprintf("input lag %v (%v)", lag, err))
 	hwm, herr := adm.ListEndOffsets(ctx, c.out)
 	lso, lerr := adm.ListCommittedOffsets(ctx, c.out)
