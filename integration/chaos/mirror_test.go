@@ -3,8 +3,8 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"os"
 	"math"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
