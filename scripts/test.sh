@@ -5,7 +5,7 @@
 # Exits non-zero on any failure. Environment:
 #   GO_TEST_FLAGS  extra flags for go test (e.g. -run Foo -v)
 #   GO_TEST_PKGS   packages to test (default ./...)
-#   GO_TEST_TIMEOUT  go test -timeout (default 30m: the chaos suite takes about 11 minutes on a loaded 2-core machine)
+#   GO_TEST_TIMEOUT  go test -timeout (default 30m: the chaos suite takes about 11 minutes on a loaded 2-core machine, and its cluster variant, which starts its own 3-node cluster, about 7 more)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
