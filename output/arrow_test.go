@@ -91,6 +91,45 @@ func TestArrowLookingValueIsBytes(t *testing.T) {
 	}
 }
 
+// input_format arrow is the operator's statement that every body is an Arrow
+// IPC stream of Kafka records: a body no kafka_native input marked is
+// unpacked all the same, and its rows are written with the keys, headers and
+// (partitioner manual) partitions the body holds. So arrow trusts whoever
+// wrote the bodies; docs/security.md says so.
+func TestArrowFormatTrustsTheBody(t *testing.T) {
+	c := newCluster(t)
+	rows := []*kgo.Record{
+		{Key: []byte("chosen-key"), Value: []byte("row-0"), Partition: 2, Headers: []kgo.RecordHeader{{Key: "chosen", Value: []byte("h")}}},
+		{Key: []byte("chosen-key"), Value: []byte("row-1"), Partition: 2},
+	}
+	unmarked := arrowValue(t, rows)
+	o := newTestOutput(t, newResources(), fmt.Sprintf(`
+seed_brokers: [ %s ]
+topic: %s
+transactional_id: arrowtrust
+input_format: arrow
+partitioner: manual
+state_cache: state
+`, strings.Join(c.ListenAddrs(), ","), testTopic))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := o.WriteBatch(ctx, service.MessageBatch{unmarked}); err != nil {
+		t.Fatal(err)
+	}
+	got := readCommittedRecords(t, c.ListenAddrs(), testTopic, 2500*time.Millisecond, 30*time.Second)
+	if len(got) != len(rows) {
+		t.Fatalf("%d records, want the body's %d rows", len(got), len(rows))
+	}
+	for i, r := range got {
+		if string(r.Value) != fmt.Sprintf("row-%d", i) || string(r.Key) != "chosen-key" || r.Partition != 2 {
+			t.Fatalf("record %d: %q key %q partition %d, want row-%d with the body's key and partition 2", i, r.Value, r.Key, r.Partition, i)
+		}
+	}
+	if len(got[0].Headers) != 1 || got[0].Headers[0].Key != "chosen" {
+		t.Fatalf("headers %v, want the body's", got[0].Headers)
+	}
+}
+
 // sameRecord compares what a copy must keep: key, value (null apart from
 // empty), headers (order, duplicates, null values), timestamp.
 func sameRecord(want, got *kgo.Record) error {
