@@ -54,9 +54,9 @@ import (
 // needs the ClusterAction permission; without it the transaction is reported
 // (log line, metric kafka_eos_hanging_transactions{action="left"}) with what
 // an operator can do (docs/exactly-once.md). A check that cannot finish within
-// commit_timeout (coordinator moving, DescribeProducers failing) releases the
-// slot and is retried every hangingRecheck with the slot held; it acts then
-// only if the slot carried no later epoch.
+// transaction_timeout (coordinator moving, DescribeProducers failing) releases
+// the slot and is retried every hangingRecheck with the slot held; it acts
+// then only if the slot carried no later epoch.
 const (
 	metricHanging       = "kafka_eos_hanging_transactions"
 	metricLabelAction   = "action"
@@ -249,9 +249,13 @@ func (h *hangingChecker) run(runCtx context.Context) {
 			h.mu.Lock()
 			h.last[j.t.slot] = j.t.epoch
 			h.mu.Unlock()
-			cctx, ccancel := context.WithTimeout(ctx, h.o.conf.commitBudget)
+			// As long as a transaction may take: while its coordinator
+			// moves (the usual reason a check cannot finish) the slot
+			// could not carry an epoch anyway.
+			wait := max(h.o.conf.commitBudget, h.o.conf.txnTimeout)
+			cctx, ccancel := context.WithTimeout(ctx, wait)
 			if !h.check(cctx, j.t) && ctx.Err() == nil {
-				h.o.log.Warnf("kafka_eos: could not establish within %v whether %v left a partition with its transaction open; its slot goes on, checked again every %v", h.o.conf.commitBudget, j.t, hangingRecheck)
+				h.o.log.Warnf("kafka_eos: could not establish within %v whether %v left a partition with its transaction open; its slot goes on, checked again every %v", wait, j.t, hangingRecheck)
 				h.addPending(j.t)
 			}
 			ccancel()
