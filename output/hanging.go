@@ -459,7 +459,7 @@ func (h *hangingChecker) openOf(ctx context.Context, t endedTxn) ([]openPart, er
 		return nil, nil
 	}
 	ds, err := kadm.NewClient(h.o.admin).DescribeProducers(ctx, set)
-	if err != nil {
+	if err != nil && !onlyUnknownTopics(err) {
 		return nil, h.refused(err)
 	}
 	var open []openPart
@@ -469,6 +469,9 @@ func (h *hangingChecker) openOf(ctx context.Context, t endedTxn) ([]openPart, er
 			if p.Topic == offsetsTopic && errors.Is(p.Err, kerr.TopicAuthorizationFailed) {
 				h.offsetsRefused(p.Err)
 				return
+			}
+			if errors.Is(p.Err, kerr.UnknownTopicOrPartition) {
+				return // deleted since (a start's old record): nothing can hang there
 			}
 			errs = append(errs, fmt.Errorf("%s/%d: %w", p.Topic, p.Partition, p.Err))
 			return
@@ -495,6 +498,22 @@ func (h *hangingChecker) openOf(ctx context.Context, t endedTxn) ([]openPart, er
 		return cmp.Or(strings.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 	})
 	return open, nil
+}
+
+// onlyUnknownTopics says whether every shard of a failed request failed on a
+// topic or partition that does not exist (deleted since a start's old
+// record): nothing can hang there, and the other shards answered.
+func onlyUnknownTopics(err error) bool {
+	var se *kadm.ShardErrors
+	if !errors.As(err, &se) || len(se.Errs) == 0 {
+		return false
+	}
+	for _, e := range se.Errs {
+		if !errors.Is(e.Err, kerr.UnknownTopicOrPartition) {
+			return false
+		}
+	}
+	return true
 }
 
 // refused turns the checks off for good when the brokers refuse them (no

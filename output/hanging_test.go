@@ -115,3 +115,26 @@ func TestHangingCheckOffWithoutRead(t *testing.T) {
 		t.Fatalf("%d checks: the first epoch's check should have tried", n)
 	}
 }
+
+// TestHangingStartCheckSkipsDeletedTopic: a slot's last record names a
+// partition of a topic deleted since; the start check counts it as closed at
+// once instead of retrying DescribeProducers until commit_timeout.
+func TestHangingStartCheckSkipsDeletedTopic(t *testing.T) {
+	c := newCluster(t)
+	res := newResources()
+	o := newUnconnected(t, res, baseYAML(c.ListenAddrs(), "gone-x", ""))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec := txnstate.Record{Format: txnstate.FormatVersion, TransactionalID: txnstate.SlotID("gone-x", 0), Epoch: 4, ProducerID: 9,
+		ProducerEpoch: 1, TxnVersion: txnstate.TV2, State: txnstate.Committed,
+		Partitions: []txnstate.PartitionWrite{{Topic: "deleted-since", Partition: 0, FirstOffset: 10, ProducerID: 9}}}
+	if err := o.store.writeSlot(ctx, 0, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, w := o.m.tally.get("hanging_checks"), o.m.tally.get("hanging_check_waits"); n != 1 || w != 0 {
+		t.Fatalf("%d checks, %d waits: want 1 check that found nothing open at once", n, w)
+	}
+}
