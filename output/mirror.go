@@ -91,6 +91,10 @@ type mirror struct {
 	// targets maps target topics to their source topic (a rename that
 	// maps two source topics to one target is refused).
 	targets map[string]string
+	// afterFence, if set (tests), is called in Positions once the
+	// holders are fenced and the committed positions read, before the
+	// claim is written.
+	afterFence func()
 }
 
 type pendingKey struct {
@@ -449,6 +453,9 @@ func (m *mirror) positions(ctx context.Context, req handover.PositionsRequest) (
 		if err := m.fence(ctx, h, fenced); err != nil {
 			return nil, err
 		}
+	}
+	if m.afterFence != nil {
+		m.afterFence()
 	}
 	// Step 3: claims, and releases in the name of the writers fenced.
 	m.mu.Lock()

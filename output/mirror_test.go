@@ -489,10 +489,10 @@ func testMirrorMembersKillNine(t *testing.T, e mirrorEnv) {
 	progress := func() int { return len(readCommittedNow(t, e.b, e.dst)) }
 	type child struct {
 		cmd *exec.Cmd
-		out *bytes.Buffer
+		out *syncBuffer
 	}
 	start := func(id string) child {
-		cmd, out := startChild(t, member(id))
+		cmd, out := startChildEnv(t, member(id))
 		return child{cmd, out}
 	}
 	kill := func(name string, c child) {
@@ -534,4 +534,173 @@ func testMirrorMembersKillNine(t *testing.T, e mirrorEnv) {
 		t.Error("the restarted a did not fence b when it took b's partitions over")
 	}
 	checkMirror(t, e, n)
+}
+
+// TestMirrorConfig: what mirror mode refuses, as a lint rule (connect-eos
+// lint) and at construction, each naming the field.
+func TestMirrorConfig(t *testing.T) {
+	const base = "seed_brokers: [ localhost:9092 ]\ntransactional_id: app\nstate_cache: state\n"
+	const mirror = "mirror: { positions_topic: pos }\n"
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"no consumer_group", base + mirror, "field mirror: mirror mode needs consumer_group"},
+		{"topic", base + "consumer_group: g\ntopic: out\n" + mirror, "field topic: not used in mirror mode"},
+		{"key", base + "consumer_group: g\nkey: k\n" + mirror, "field key: not used in mirror mode"},
+		{"partition", base + "consumer_group: g\npartitioner: manual\npartition: '1'\n" + mirror, "field partition: not used in mirror mode"},
+		{"partitioner", base + "consumer_group: g\npartitioner: round_robin\n" + mirror, "field partitioner: not used in mirror mode"},
+		{"metadata", base + "consumer_group: g\nmetadata: { include_prefixes: [ x ] }\n" + mirror, "field metadata: not used in mirror mode"},
+		{"two sources one target", base + "consumer_group: g\nmirror: { positions_topic: pos, topics: { a: z, b: z } }\n", "field mirror.topics: two source topics map to one target topic"},
+		{"no topic without mirror", base, "field topic: required (except in mirror mode)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := service.NewStreamBuilder()
+			if err := sb.AddOutputYAML("kafka_eos:\n" + indent(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("lint: %v, want %q", err, tc.want)
+			}
+			pc, err := Spec().ParseYAML(tc.yaml, nil)
+			if err == nil {
+				_, err = newOutputFromParsed(pc, newResources())
+			}
+			field := strings.TrimPrefix(strings.SplitN(tc.want, ":", 2)[0], "field ")
+			if err == nil || !strings.Contains(err.Error(), "field "+field) {
+				t.Errorf("construction: %v, want an error naming field %s", err, field)
+			}
+		})
+	}
+	// The example's shape lints and builds.
+	pc, err := Spec().ParseYAML(base+"consumer_group: g\nmirror: { positions_topic: pos, topic_prefix: 'a.', topics: { x: y }, create_topics: true }\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := newOutputFromParsed(pc, newResources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.conf.mirror.target("x") + " " + o.conf.mirror.target("orders"); got != "y a.orders" {
+		t.Fatalf("targets %q, want y a.orders", got)
+	}
+	if !o.conf.keepsRowTimestamps() || o.conf.partitioner != keoPartitionerManual {
+		t.Fatal("mirror mode keeps timestamps and partitions")
+	}
+}
+
+// mirrorOutput builds and connects a mirror mode output writing e's target,
+// as writer txnID, with the source group state fg.
+func mirrorOutput(t *testing.T, e mirrorEnv, txnID string, fg *fakeGroup) *output {
+	t.Helper()
+	o := newTestOutput(t, newResources(), fmt.Sprintf(`
+seed_brokers: [ %s ]
+transactional_id: %s
+consumer_group: %s
+state_cache: state
+transaction_timeout: 10s
+commit_timeout: 2s
+epoch: { interval: 20ms }
+mirror: { positions_topic: %s, topics: { %s: %s } }
+`, strings.Join(e.b, ","), txnID, e.group, e.positions, e.src, e.dst))
+	if fg != nil {
+		o.Member(fg)
+	}
+	return o
+}
+
+// sourceBatch is n messages read from partition p of e's source at offsets
+// [from, from+n), with their records and span (assignment id 1).
+func sourceBatch(e mirrorEnv, p int32, from int64, n int) service.MessageBatch {
+	b := make(service.MessageBatch, n)
+	for i := range b {
+		r := &kgo.Record{Topic: e.src, Partition: p, Offset: from + int64(i), Key: []byte("k"), Value: []byte(fmt.Sprintf("v-%d-%d", p, from+int64(i))), Timestamp: time.UnixMilli(1_700_000_000_000)}
+		b[i] = handover.WithRecord(service.NewMessage(r.Value), r)
+	}
+	handover.WithSpan(b, handover.Span{Topic: e.src, Partition: p, From: from, To: from + int64(n), Generation: 1, MemberID: "m", Assignment: 1})
+	return b
+}
+
+func claim(t *testing.T, o *output, e mirrorEnv, parts ...int32) map[int32]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := o.mirror.positions(ctx, handover.PositionsRequest{Partitions: map[string][]int32{e.src: parts}, PartitionCounts: map[string]int32{e.src: 3}, Generation: 1})
+	if err != nil {
+		t.Fatalf("%s claims %v: %v", o.conf.transactionalID, parts, err)
+	}
+	return got[e.src]
+}
+
+// TestMirrorClaimFencesHolder: a writer that holds a partition (it claimed it
+// and committed records of it, and never released it: it missed its revoke)
+// is fenced by the next writer's claim before that one reads the position:
+// the position read is the holder's last committed one, and the holder can
+// commit nothing afterwards (it stops as a zombie does).
+func TestMirrorClaimFencesHolder(t *testing.T) {
+	e := newMirrorEnv(t, 3)
+	fc, restore := catchFatal()
+	defer restore()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	x := mirrorOutput(t, e, "mirror-x", &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 1, member: "m"})
+	if got := claim(t, x, e, 0); len(got) != 0 {
+		t.Fatalf("first claim: positions %v, want none", got)
+	}
+	x.StartAt(map[string]map[int32]int64{e.src: {0: 0}})
+	if err := x.WriteBatch(ctx, sourceBatch(e, 0, 0, 5)); err != nil {
+		t.Fatal(err)
+	}
+	// y takes partition 0 over while x still believes it owns it.
+	y := mirrorOutput(t, e, "mirror-y", &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 2, member: "n"})
+	if got := claim(t, y, e, 0); got[0] != 5 {
+		t.Fatalf("y's claim: position %v, want x's committed 5", got)
+	}
+	if f := y.m.tally.get(metricMirrorClaims + "/" + mirrorFenced); f != 1 {
+		t.Fatalf("y fenced %d writers, want x", f)
+	}
+	// x, the zombie, writes on: nothing of it commits, and it stops.
+	if err := x.WriteBatch(ctx, sourceBatch(e, 0, 5, 5)); err == nil {
+		t.Fatal("the fenced writer committed an epoch")
+	}
+	wait(t, 30*time.Second, "x stopped by the fence", func() bool { return fc.err() != nil })
+	y.StartAt(map[string]map[int32]int64{e.src: {0: 5}})
+	if err := y.WriteBatch(ctx, sourceBatch(e, 0, 5, 5)); err != nil {
+		t.Fatal(err)
+	}
+	got := readCommitted(t, e.b, e.dst)
+	if want := []string{"v-0-0", "v-0-1", "v-0-2", "v-0-3", "v-0-4", "v-0-5", "v-0-6", "v-0-7", "v-0-8", "v-0-9"}; !slices.Equal(got, want) {
+		t.Fatalf("target %v, want %v", got, want)
+	}
+	st := positionsOf(t, e)
+	if n, _ := st.Next(txnstate.SourcePartition{Topic: e.src, Partition: 0}); n != 10 {
+		t.Fatalf("position %d, want 10", n)
+	}
+	if h := st.Holders(txnstate.SourcePartition{Topic: e.src, Partition: 0}, "mirror-y"); len(h) != 0 {
+		t.Fatalf("x still holds partition 0 in the positions topic: %v (y released it in x's name)", h)
+	}
+}
+
+// TestMirrorConcurrentClaim: two writers claim one partition at once (y reads
+// the positions, then x claims and commits, then y writes its claim): y's
+// read after its claim sees x's claim and fences x, so at most one of them
+// copies.
+func TestMirrorConcurrentClaim(t *testing.T) {
+	e := newMirrorEnv(t, 3)
+	fc, restore := catchFatal()
+	defer restore()
+	x := mirrorOutput(t, e, "mirror-x", &fakeGroup{owned: map[int32]uint64{1: 1}, gen: 1, member: "m"})
+	y := mirrorOutput(t, e, "mirror-y", &fakeGroup{owned: map[int32]uint64{1: 1}, gen: 2, member: "n"})
+	y.mirror.afterFence = func() {
+		y.mirror.afterFence = nil
+		claim(t, x, e, 1)
+	}
+	claim(t, y, e, 1)
+	if f := y.m.tally.get(metricMirrorClaims + "/" + mirrorFenced); f != 1 {
+		t.Fatalf("y fenced %d writers, want x (its claim came between y's read and y's claim)", f)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	x.StartAt(map[string]map[int32]int64{e.src: {1: 0}})
+	if err := x.WriteBatch(ctx, sourceBatch(e, 1, 0, 3)); err == nil {
+		t.Fatal("x, fenced by y's claim, committed an epoch")
+	}
+	wait(t, 30*time.Second, "x stopped by the fence", func() bool { return fc.err() != nil })
+	if got := readCommitted(t, e.b, e.dst); len(got) != 0 {
+		t.Fatalf("target %v, want nothing of x", got)
+	}
 }
