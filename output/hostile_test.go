@@ -128,6 +128,28 @@ func TestK2KOutputBatching(t *testing.T) {
 	checkCopyOf(t, e, 300, func(int) bool { return true })
 }
 
+// Without processors Benthos builds no pipeline, whatever pipeline.threads
+// says: the input's batches reach the batcher in order and the same copy as
+// TestK2KOutputBatching finishes on four threads. (With a processor on
+// several threads the batches reach the batcher out of order, the copy
+// stalls, and connect-eos refuses such a config: docs/exactly-once.md.)
+func TestK2KOutputBatchingNoProcessors(t *testing.T) {
+	c := newK2KCluster(t)
+	e := k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}
+	fillInput(t, e.brokers, e.in, 300)
+	y := copyStreamYAML(e, "k2k-batching-noproc", copyOpts{batch: 5, k2k: true})
+	noProc := strings.Replace(y, "pipeline:\n  processors:\n    - mapping: 'root = content()'\n", "pipeline:\n  threads: 4\n", 1)
+	if noProc == y {
+		t.Fatal("the copy's pipeline section changed: update this test")
+	}
+	y = strings.Replace(noProc, "    max_in_flight: 4\n", "    max_in_flight: 4\n    batching:\n      count: 7\n      period: 20ms\n", 1)
+	if y == noProc {
+		t.Fatal("the copy's output section changed: update this test")
+	}
+	runStream(t, y, 60*time.Second)
+	checkCopyOf(t, e, 300, func(int) bool { return true })
+}
+
 // Records written into the input topic by whoever can produce to it cannot
 // steer the copy: an Arrow-looking value is copied as one record with that
 // value (never unpacked into its forged rows); a record too large and one

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -28,6 +29,14 @@ import (
 //   - a kafka_state cache resource's connection warnings (TLS verification
 //     off, credentials in clear text) are logged at start, not at its first
 //     use.
+//   - kafka_eos in dedupe mode, or in Kafka-to-Kafka mode with output
+//     batching, needs the messages in the order the input emitted them: a
+//     pipeline with processors must run them on one thread
+//     (pipeline.threads: 1). Several threads hand batches on out of order;
+//     dedupe then takes the earlier positions for replays and drops them, and
+//     output batches that each wait for a range the other holds are nacked
+//     again and again (the copy never finishes). Without processors Benthos
+//     builds no pipeline and threads does not matter.
 
 // configFinding is the result of checkConfig.
 type configFinding struct {
@@ -36,10 +45,11 @@ type configFinding struct {
 }
 
 // checkConfig checks a whole config, given as the generic values of its
-// input, output and cache_resources sections (what Benthos parsed, or the
-// YAML file decoded).
-func checkConfig(input, output, caches any) configFinding {
+// input, pipeline, output and cache_resources sections (what Benthos parsed,
+// or the YAML file decoded).
+func checkConfig(input, pipeline, output, caches any) configFinding {
 	var f configFinding
+	threads, procs, parallel := pipelineThreads(pipeline)
 	var groups []string
 	walkComponents(input, "kafka_native", func(conf map[string]any) {
 		if g, _ := conf["consumer_group"].(string); g != "" {
@@ -68,6 +78,22 @@ func checkConfig(input, output, caches any) configFinding {
 					"set both to the same group, or remove the output's consumer_group for plain mode (at-least-once across a crash)",
 				id, g, have))
 		}
+		if parallel {
+			inOrder := fmt.Sprintf("pipeline.threads is %s with %d processor(s): set pipeline.threads: 1", threadsText(threads), procs)
+			g, _ := conf["consumer_group"].(string)
+			switch {
+			case conf["dedupe"] != nil:
+				f.errors = append(f.errors, fmt.Sprintf(
+					"kafka_eos %q: dedupe mode needs the messages in the order the input emitted them, and %s "+
+						"(with several threads a later position can reach the output first, and the earlier ones are then dropped as replays)",
+					id, inOrder))
+			case g != "" && batchingOn(conf["batching"]):
+				f.errors = append(f.errors, fmt.Sprintf(
+					"kafka_eos %q: Kafka-to-Kafka mode (consumer_group %q) with batching needs the input batches in order, and %s, or remove kafka_eos.batching "+
+						"(with several threads the batcher combines input batches out of order, and output batches waiting for each other's ranges are nacked again and again: the copy never finishes)",
+					id, g, inOrder))
+			}
+		}
 		cacheName, _ := conf["state_cache"].(string)
 		if res, ok := resources[cacheName]; ok {
 			if w := durabilityWarning(id, cacheName, res, conf["dedupe"] != nil); w != "" {
@@ -90,6 +116,63 @@ func checkConfig(input, output, caches any) configFinding {
 		}
 	}
 	return f
+}
+
+// pipelineThreads reads the pipeline section: its threads (Benthos' default
+// -1, one per CPU), its number of processors, and whether messages can leave
+// it out of order: processors on any number of threads but one. Benthos
+// builds no pipeline without processors. A threads value that is not a
+// number is left to Benthos.
+func pipelineThreads(pipeline any) (threads, procs int, parallel bool) {
+	threads = -1
+	m, _ := pipeline.(map[string]any)
+	if l, ok := m["processors"].([]any); ok {
+		procs = len(l)
+	}
+	switch t := m["threads"].(type) {
+	case int:
+		threads = t
+	case float64:
+		threads = int(t)
+	case string:
+		n, err := strconv.Atoi(strings.TrimSpace(t))
+		if err != nil {
+			return threads, procs, false
+		}
+		threads = n
+	}
+	return threads, procs, procs > 0 && threads != 1
+}
+
+func threadsText(threads int) string {
+	if threads <= 0 {
+		return fmt.Sprintf("%d (one thread per CPU)", threads)
+	}
+	return strconv.Itoa(threads)
+}
+
+// batchingOn reports whether an output batching block makes batches
+// (Benthos' batch policy is a no-op unless one of these is set).
+func batchingOn(b any) bool {
+	m, ok := b.(map[string]any)
+	if !ok {
+		return false
+	}
+	num := func(k string) int {
+		switch v := m[k].(type) {
+		case int:
+			return v
+		case float64:
+			return int(v)
+		case string:
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+		return 0
+	}
+	str := func(k string) string { s, _ := m[k].(string); return s }
+	procs, _ := m["processors"].([]any)
+	return num("count") > 1 || num("byte_size") > 0 || str("period") != "" || str("check") != "" || len(procs) > 0
 }
 
 // durabilityWarning says what a crash loses when the state cache is one of
@@ -201,7 +284,7 @@ func checkParsedConfig(pc *service.ParsedConfig, log *service.Logger) error {
 		v, _ := pc.FieldAny(name)
 		return plainValue(v)
 	}
-	f := checkConfig(section("input"), section("output"), section("cache_resources"))
+	f := checkConfig(section("input"), section("pipeline"), section("output"), section("cache_resources"))
 	for _, w := range f.warnings {
 		if log != nil {
 			log.Warn(w)
@@ -252,6 +335,7 @@ func lintConfigs(args []string) int {
 func checkConfigYAML(conf []byte) (configFinding, error) {
 	spec := service.NewConfigSpec().
 		Field(service.NewAnyField("input").Optional()).
+		Field(service.NewAnyField("pipeline").Optional()).
 		Field(service.NewAnyField("output").Optional()).
 		Field(service.NewAnyField("cache_resources").Optional())
 	pc, err := spec.ParseYAML(string(conf), nil)
@@ -265,7 +349,7 @@ func checkConfigYAML(conf []byte) (configFinding, error) {
 		v, _ := pc.FieldAny(name)
 		return v
 	}
-	return checkConfig(section("input"), section("output"), section("cache_resources")), nil
+	return checkConfig(section("input"), section("pipeline"), section("output"), section("cache_resources")), nil
 }
 
 // Redpanda Connect's kafka_franz and redpanda components write some fields

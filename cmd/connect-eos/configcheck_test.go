@@ -46,6 +46,35 @@ cache_resources:
 `, in, out, cache)
 }
 
+// orderConfig is a config with the given pipeline section and extra
+// kafka_eos fields (lines indented by 4), reading with consumer_group copy.
+func orderConfig(pipeline, outExtra string) string {
+	return fmt.Sprintf(`
+input:
+  kafka_native: { seed_brokers: [ 127.0.0.1:1 ], topics: [ orders ], consumer_group: copy }
+%s
+output:
+  kafka_eos:
+    seed_brokers: [ 127.0.0.1:1 ]
+    topic: orders_copy
+    transactional_id: copy
+    state_cache: state
+%s
+cache_resources:
+  - label: state
+    kafka_state: { seed_brokers: [ 127.0.0.1:1 ], topic: copy_state }
+`, pipeline, outExtra)
+}
+
+const (
+	procs1      = "pipeline:\n  processors: [ { mapping: 'root = this' } ]"
+	procsThread = "pipeline:\n  threads: 1\n  processors: [ { mapping: 'root = this' } ]"
+	procs4      = "pipeline:\n  threads: 4\n  processors: [ { mapping: 'root = this' } ]"
+	noProcs4    = "pipeline:\n  threads: 4"
+	k2kBatching = "    consumer_group: copy\n    batching: { count: 100, period: 50ms }"
+	dedupeMode  = "    max_in_flight: 1\n    dedupe: { key: '${! meta(\"kafka_partition\") }', position: '${! meta(\"kafka_offset\") }' }"
+)
+
 const (
 	durableCache = "    kafka_state: { seed_brokers: [ 127.0.0.1:1 ], topic: copy_state }"
 	memoryCache  = "    memory: {}"
@@ -72,6 +101,33 @@ func TestCheckConfig(t *testing.T) {
 			[]string{`state_cache "state" is a file cache, not synced to disk: a crash of the machine can lose it`}},
 		{"kafka_state in clear text", crossConfig("copy", "copy", plainCache), nil,
 			[]string{`kafka_state "state": sasl.mechanism PLAIN without tls.enabled: the password is sent in clear text`}},
+		{"k2k batching, default threads", orderConfig(procs1, k2kBatching),
+			[]string{`kafka_eos "copy": Kafka-to-Kafka mode (consumer_group "copy") with batching needs the input batches in order, and pipeline.threads is -1 (one thread per CPU) with 1 processor(s): set pipeline.threads: 1, or remove kafka_eos.batching`}, nil},
+		{"k2k batching, 4 threads", orderConfig(procs4, k2kBatching),
+			[]string{`pipeline.threads is 4 with 1 processor(s): set pipeline.threads: 1`}, nil},
+		{"k2k batching inside a fallback", `
+input:
+  kafka_native: { seed_brokers: [ b:1 ], topics: [ t ], consumer_group: copy }
+pipeline:
+  threads: 2
+  processors: [ { mapping: 'root = this' } ]
+output:
+  fallback:
+    - kafka_eos: { seed_brokers: [ b:1 ], topic: u, transactional_id: x, consumer_group: copy, state_cache: s, batching: { byte_size: 1000 } }
+    - drop: {}
+`,
+			[]string{`kafka_eos "x": Kafka-to-Kafka mode (consumer_group "copy") with batching`}, nil},
+		{"k2k batching, one thread", orderConfig(procsThread, k2kBatching), nil, nil},
+		{"k2k batching, no processors", orderConfig(noProcs4, k2kBatching), nil, nil},
+		{"k2k batching of one message", orderConfig(procs4, "    consumer_group: copy\n    batching: { count: 1 }"), nil, nil},
+		{"k2k without batching", orderConfig(procs4, "    consumer_group: copy"), nil, nil},
+		{"plain with batching", orderConfig(procs4, "    batching: { count: 100 }"), nil, nil},
+		{"dedupe, default threads", orderConfig(procs1, dedupeMode),
+			[]string{`kafka_eos "copy": dedupe mode needs the messages in the order the input emitted them, and pipeline.threads is -1 (one thread per CPU) with 1 processor(s): set pipeline.threads: 1`}, nil},
+		{"dedupe, 4 threads", orderConfig(procs4, dedupeMode),
+			[]string{`pipeline.threads is 4 with 1 processor(s): set pipeline.threads: 1`}, nil},
+		{"dedupe, one thread", orderConfig(procsThread, dedupeMode), nil, nil},
+		{"dedupe, no processors", orderConfig(noProcs4, dedupeMode), nil, nil},
 		{"inside a fallback", `
 input:
   kafka_native: { seed_brokers: [ b:1 ], topics: [ t ], consumer_group: a }
@@ -121,6 +177,21 @@ func TestCheckConfigInCLI(t *testing.T) {
 
 	p = startBin(t, "run", writeConfig(t, crossConfig("copy", "copy", plainCache)))
 	p.waitOutput(t, `kafka_state \"state\": sasl.mechanism PLAIN without tls.enabled`)
+
+	// Kafka-to-Kafka mode with output batching on several pipeline threads
+	// never finishes a copy: lint fails and run refuses to start, naming
+	// the field and the value to use.
+	batching := writeConfig(t, "http: { enabled: false }\n"+orderConfig(procs4, k2kBatching))
+	out, err = exec.Command(bin, "lint", batching).CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "pipeline.threads is 4 with 1 processor(s): set pipeline.threads: 1, or remove kafka_eos.batching")
+	p = startBin(t, "run", batching)
+	require.Equal(t, 1, p.wait(t))
+	require.Contains(t, p.output(), "pipeline.threads is 4 with 1 processor(s): set pipeline.threads: 1")
+	require.NotContains(t, p.output(), "Launching a connect-eos instance")
+	p = startBin(t, "run", writeConfig(t, "http: { enabled: false }\n"+orderConfig(procs1, dedupeMode)))
+	require.Equal(t, 1, p.wait(t))
+	require.Contains(t, p.output(), "dedupe mode needs the messages in the order the input emitted them, and pipeline.threads is -1 (one thread per CPU)")
 }
 
 // TestMissingOutputTopicFatal: records to a topic that does not exist abort
