@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -300,9 +301,11 @@ func (r *runner) fill() error {
 		for i := k * chunk; i < min((k+1)*chunk, p.Records); i++ {
 			rec := &kgo.Record{Topic: inTopic, Partition: recordPartition(p, i), Key: []byte(recordKey(p, i)), Value: recordValue(p, i)}
 			if p.HostileHeaders && i%7 == 3 {
+				// Values a copy could write: the next partition, a
+				// key of its own, an offset far back.
 				rec.Headers = []kgo.RecordHeader{
-					{Key: "kafka_partition", Value: []byte("9")},
-					{Key: "kafka_offset", Value: []byte("-5")},
+					{Key: "kafka_partition", Value: []byte(strconv.Itoa(int((recordPartition(p, i) + 1) % p.InPartitions)))},
+					{Key: "kafka_offset", Value: []byte("0")},
 					{Key: "kafka_key", Value: []byte("hostile")},
 				}
 			}
