@@ -166,6 +166,48 @@ func TestKafkaCommitAndRecover(t *testing.T) {
 	})
 }
 
+// A state cache lost with the process (Benthos' memory cache): the restart
+// cannot resume the epoch left in doubt, in Kafka-to-Kafka mode either, and
+// does not wait for transaction_timeout (5m here) to end it: its slots'
+// InitProducerID aborts it at once. The judge reads the partitions the
+// crashed epoch wrote to their last stable offsets right after the restart's
+// first epoch: while that transaction stayed open they would stop below the
+// new records. What connect-eos's warning for a memory or file state_cache
+// says.
+func TestKafkaLostStateCacheAbortsAtRestart(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		yaml := strings.Replace(env.yaml(""), "transaction_timeout: 30s\n", "transaction_timeout: 5m\n", 1)
+		a := newTestOutput(t, newResources(), yaml)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := a.WriteBatch(ctx, batchOf("lost-first", 3)); err != nil {
+			t.Fatal(err)
+		}
+		a.hooks = crashAt(stepPrepared, 2)
+		if err := a.WriteBatch(ctx, batchOf("lost-crashed", 4)); !errors.Is(err, errCrash) {
+			t.Fatalf("epoch 2 did not reach PREPARE: %v", err)
+		}
+		if r, ok := slotRecord(t, a, txnstate.SlotFor(2, a.conf.poolSize)); !ok || r.Epoch != 2 || r.State != txnstate.Prepared {
+			t.Fatalf("epoch 2 record %+v (found %v), want PREPARED: the crash is not in doubt", r, ok)
+		}
+
+		b := newUnconnected(t, newResources(), yaml) // the cache is gone
+		b.conf.mode = txnstate.KafkaToKafka
+		if err := b.Connect(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.WriteBatch(ctx, batchOf("lost-after", 2)); err != nil {
+			t.Fatal(err)
+		}
+		if got := env.count(t, "lost-crashed"); got != 0 {
+			t.Fatalf("the crashed epoch: %d records visible, want 0 (aborted)", got)
+		}
+		if env.count(t, "lost-first") != 3 || env.count(t, "lost-after") != 2 {
+			t.Fatal("the other epochs are not whole, or the crashed epoch still holds the last stable offset")
+		}
+	})
+}
+
 // An epoch that timed out while the process was down is found aborted
 // (CompleteAbort at e+1 under TV0, e+2 under TV2).
 func TestKafkaTimedOutWhileDown(t *testing.T) {

@@ -309,10 +309,14 @@ identity of the newest epoch that reached its commit: the transactional id,
 producer id and epoch, transaction version and, per partition written, the first
 offset. At start the output reads it, resolves any epoch left in doubt from the
 broker's state and an exact Fetch probe, and only then initialises its producers.
-Benthos core's caches are in memory or unsynced files: with them, a crash of the
-machine loses the identity and an in-doubt epoch is left to the transaction
-timeout (it is then aborted, the input replays). Use the project's `+"`kafka_state`"+`
-cache for a durable identity.
+Benthos core's caches are in memory or unsynced files: with them a restart
+(memory) or a crash of the machine (file) loses the identity, and an epoch left
+in doubt is never resumed. When the process starts again with the same
+`+"`transactional_id`"+`, its producers' InitProducerID aborts the epoch if it is still
+open (its batches were never acknowledged: the input replays them); only an
+epoch whose transactional id no process initialises again (the restart uses
+another `+"`transactional_id`"+`) is left to `+"`transaction_timeout`"+`.
+Use the project's `+"`kafka_state`"+` cache for a durable identity.
 
 ### Messages that cannot be written
 

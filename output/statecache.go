@@ -33,7 +33,9 @@ import (
 // Promises this relies on: read-your-writes and an atomic value per key
 // (every Benthos cache gives both within one process). Durability across a
 // machine loss is the cache's: with an in-memory cache a crash loses the
-// identity, and an in-doubt epoch is then left to the transaction timeout.
+// identity, and an in-doubt epoch cannot be resumed: the restart's
+// InitProducerID aborts it if it is still open (the transaction timeout ends
+// it only if nothing initialises its transactional id again).
 type stateStore struct {
 	res    *service.Resources
 	cache  string

@@ -187,7 +187,8 @@ func durabilityWarning(id, label string, res map[string]any, dedupe bool) string
 	default:
 		return ""
 	}
-	lost := "the recovery identity of the epoch being committed: an epoch in doubt at a crash is left to transaction_timeout, which aborts it"
+	lost := "the recovery identity of the epoch being committed: an epoch in doubt at a crash cannot be resumed, " +
+		"the restart's InitProducerID aborts it if it is still open (only without a restart under this transactional_id is it left to transaction_timeout)"
 	if dedupe {
 		lost += ", and the committed dedupe positions: after a restart every message is written again"
 	}

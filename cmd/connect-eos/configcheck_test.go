@@ -96,7 +96,7 @@ func TestCheckConfig(t *testing.T) {
 		{"output group, input without", crossConfig("", "copy", durableCache),
 			[]string{`kafka_eos "copy": consumer_group "copy" (Kafka-to-Kafka mode) names no kafka_native input of this config, and this config has no kafka_native input with a consumer_group`}, nil},
 		{"memory cache", crossConfig("copy", "copy", memoryCache), nil,
-			[]string{`kafka_eos "copy": state_cache "state" is a memory cache: a restart of the process loses it, with the recovery identity of the epoch being committed: an epoch in doubt at a crash is left to transaction_timeout, which aborts it`}},
+			[]string{`kafka_eos "copy": state_cache "state" is a memory cache: a restart of the process loses it, with the recovery identity of the epoch being committed: an epoch in doubt at a crash cannot be resumed, the restart's InitProducerID aborts it if it is still open (only without a restart under this transactional_id is it left to transaction_timeout)`}},
 		{"file cache", crossConfig("copy", "copy", fileCache), nil,
 			[]string{`state_cache "state" is a file cache, not synced to disk: a crash of the machine can lose it`}},
 		{"kafka_state in clear text", crossConfig("copy", "copy", plainCache), nil,
