@@ -543,6 +543,7 @@ type stats struct {
 	killsAt                                           []int64 // the copy's progress when each SIGKILL landed
 	cl                                                clusterStats
 	srcBounces                                        int // mirror: the bounces of the source cluster
+	downKills                                         int // mirror: SIGKILLs after which the process stayed down past its session
 }
 
 func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed uint64) {
@@ -881,6 +882,13 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 				if cur[i].killedBySignal() {
 					st.kills++
 					st.killsAt = append(st.killsAt, prog.distinct.Load())
+					if mode == "mirror" && c.unbounded() && st.kills%2 == 1 {
+						// Down past its session timeout (10s): the
+						// other member takes its partitions over, and
+						// must fence it (it released nothing).
+						st.downKills++
+						time.Sleep(15 * time.Second)
+					}
 					start(i)
 					break
 				}
@@ -1118,8 +1126,8 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		// a restarted process gave up what its previous run held.
 		fences := countLines(logs, regexp.MustCompile(`kafka_eos: mirror: writer .* holds partitions`))
 		restarts := countLines(logs, regexp.MustCompile(`left claimed by the previous run`))
-		summary += fmt.Sprintf(" source_restarts=%d target_restarts=%d writers_fenced=%d released_at_start=%d",
-			st.srcBounces, st.brokerHard+st.brokerClean-st.srcBounces, fences, restarts)
+		summary += fmt.Sprintf(" source_restarts=%d target_restarts=%d kills_down_past_session=%d writers_fenced=%d released_at_start=%d",
+			st.srcBounces, st.brokerHard+st.brokerClean-st.srcBounces, st.downKills, fences, restarts)
 	}
 	if b.cluster != nil {
 		var logs []string
