@@ -308,9 +308,10 @@ const (
 // TestMirrorCrash: the mirror stops dead (clients closed, nothing ended, as a
 // crash) at each point of an epoch's commit sequence, then a new stream on the
 // same state cache finishes the copy: every record exactly once, in order,
-// and the restart reads again from A at most what was in flight at the crash
-// (the positions committed with the epochs before it, or with the crashed
-// one when its commit is resumed or found), never the copy so far.
+// and the restart, half way through the copy, reads again from A at most
+// what was in flight at the crash (the positions committed with the epochs
+// before it, or with the crashed one when its commit is resumed or found),
+// never the copy so far.
 func TestMirrorCrash(t *testing.T) {
 	testMirrorCrash(t, func(t *testing.T) mirrorEnv { return newMirrorEnv(t, 3) })
 }
@@ -327,14 +328,14 @@ func testMirrorCrash(t *testing.T, env func(t *testing.T) mirrorEnv) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := env(t)
 			e.state = e.id + "crash-state"
-			const n = 900
+			const n = 2000
 			fillSource(t, e.a, e.src, 0, n)
 			run1, run2 := t.Name()+"/1", t.Name()+"/2"
 			crashed := make(chan struct{})
 			var atCrash map[[2]int64]int
 			testOutputHook = func(o *output) {
 				o.hooks = &testHooks{atStep: func(step commitStep, ep uint64) error {
-					if step != tc.step || ep < 8 || atCrash != nil {
+					if step != tc.step || atCrash != nil || len(seen(run1)) < n/2 {
 						return nil
 					}
 					atCrash = seen(run1)
