@@ -656,6 +656,13 @@ func (o *output) Ready(ctx context.Context) error {
 // offsets committable from the partition's first batch on, committed offset or
 // not (before it, such epochs committed records without offsets).
 func (o *output) StartAt(starts map[string]map[int32]int64) {
+	if o.mirror != nil {
+		if err := o.mirror.checkStarts(starts); err != nil {
+			o.log.Errorf("%v", err)
+			_ = o.stop(err, true)
+			return
+		}
+	}
 	if o.k2k != nil {
 		o.k2k.startAt(starts)
 	}

@@ -524,6 +524,23 @@ func (m *mirror) positions(ctx context.Context, req handover.PositionsRequest) (
 	return out, nil
 }
 
+// checkStarts refuses starts below the positions this writer claimed: the
+// input did not start from them (its start_offset is not committed), and
+// would copy records that are in the target already.
+func (m *mirror) checkStarts(starts map[string]map[int32]int64) error {
+	k := m.o.k2k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for t, ps := range starts {
+		for p, at := range ps {
+			if c, ok := k.committed[topicPartition{t, p}]; ok && at < c {
+				return fmt.Errorf("%w: mirror mode: the kafka_native input of group %s starts %s/%d at offset %d, below the committed position %d: it must start from the positions (start_offset: committed), or it copies records again", ErrConfig, m.o.conf.group, t, p, at, c)
+			}
+		}
+	}
+	return nil
+}
+
 // holders returns the writers other than self whose latest word on one of
 // parts is a claim or a pos, with their slot count (the largest one seen).
 func holders(st txnstate.Positions, parts []txnstate.SourcePartition, self string) map[string]int {

@@ -705,3 +705,26 @@ func TestMirrorConcurrentClaim(t *testing.T) {
 		t.Fatalf("target %v, want nothing of x", got)
 	}
 }
+
+// TestMirrorStartBelowPositions: an input that does not start from the
+// positions (start_offset other than committed) would copy again what the
+// target holds: the output stops with an error naming start_offset.
+func TestMirrorStartBelowPositions(t *testing.T) {
+	e := newMirrorEnv(t, 3)
+	fillSource(t, e.a, e.src, 0, 60)
+	runStream(t, e.mirrorYAML(e.id+"below", bounded, "", ""), 60*time.Second)
+	checkMirror(t, e, 60)
+	fc, restore := catchFatal()
+	defer restore()
+	y := strings.Replace(e.mirrorYAML(e.id+"below", bounded, "", ""), "start_offset: committed", "start_offset: earliest", 1)
+	s := buildStream(t, y)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() { _ = s.Run(ctx) }()
+	wait(t, 30*time.Second, "the stop", func() bool { return fc.err() != nil })
+	if err := fc.err(); !strings.Contains(err.Error(), "start_offset: committed") {
+		t.Fatalf("stopped with %v, want an error naming start_offset", err)
+	}
+	_ = s.Stop(ctx)
+	checkMirror(t, e, 60)
+}
