@@ -83,6 +83,8 @@ type mirror struct {
 	// known is this writer's committed next offset per partition (what
 	// its release says).
 	known map[topicPartition]int64
+	// claimed are the partitions this run claimed (committed).
+	claimed map[topicPartition]bool
 	// pending are the claims and releases to write with the next epoch,
 	// by partition and writer (a later one replaces an earlier one).
 	pending map[pendingKey]pendingRec
@@ -119,6 +121,7 @@ func newMirror(o *output, conf *mirrorConf, res *service.Resources) *mirror {
 		o: o, conf: conf, self: o.conf.transactionalID, slots: o.conf.poolSize,
 		mm:      newMirrorMetrics(res.Metrics()),
 		known:   map[topicPartition]int64{},
+		claimed: map[topicPartition]bool{},
 		pending: map[pendingKey]pendingRec{},
 		changed: make(chan struct{}),
 		targets: map[string]string{},
@@ -302,7 +305,13 @@ func (m *mirror) committed(em *epochMirror) {
 		case pr.By == "":
 			releases++
 		}
-		if pr.Writer != m.self || pr.Next < 0 {
+		if pr.Writer != m.self {
+			continue
+		}
+		if pr.Kind == txnstate.PositionClaim {
+			m.claimed[tp] = true
+		}
+		if pr.Next < 0 {
 			continue
 		}
 		if cur, ok := m.known[tp]; !ok || pr.Next > cur {
@@ -380,6 +389,14 @@ func (m *mirror) release(ctx context.Context, parts map[string][]int32) {
 			tp := topicPartition{t, p}
 			next, ok := m.known[tp]
 			if !ok {
+				if !m.claimed[tp] {
+					// Never claimed by this run (its claim failed):
+					// its latest word on it is already a release (at
+					// start), with the position a release here
+					// would lose (one record per writer and
+					// partition).
+					continue
+				}
 				next = -1
 			}
 			key, seq := m.enqueueLocked(txnstate.PositionRecord{Topic: t, Partition: p, Writer: m.self, Kind: txnstate.PositionRelease, Next: next, Slots: m.slots, Generation: -1})

@@ -728,3 +728,41 @@ func TestMirrorStartBelowPositions(t *testing.T) {
 	_ = s.Stop(ctx)
 	checkMirror(t, e, 60)
 }
+
+// TestMirrorReleaseKeepsPosition: a release never lowers its writer's
+// recorded position (one record per writer and partition, so a release
+// without one would erase it): a revoke of a partition this run never
+// claimed writes nothing, and one of a claimed partition carries the
+// position committed.
+func TestMirrorReleaseKeepsPosition(t *testing.T) {
+	e := newMirrorEnv(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fg := &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 1, member: "m"}
+	x := mirrorOutput(t, e, "mirror-x", fg)
+	claim(t, x, e, 0)
+	x.StartAt(map[string]map[int32]int64{e.src: {0: 0}})
+	if err := x.WriteBatch(ctx, sourceBatch(e, 0, 0, 5)); err != nil {
+		t.Fatal(err)
+	}
+	fg.revoke(0)
+	x.Revoked(ctx, map[string][]int32{e.src: {0}})
+	sp := txnstate.SourcePartition{Topic: e.src, Partition: 0}
+	st := positionsOf(t, e)
+	if n := st.WriterNext(sp, "mirror-x"); n != 5 {
+		t.Fatalf("x's release says %d, want 5", n)
+	}
+	if err := x.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The next run of x is revoked a partition it never claimed.
+	x2 := mirrorOutput(t, e, "mirror-x", &fakeGroup{owned: map[int32]uint64{}, gen: 2, member: "m"})
+	x2.Revoked(ctx, map[string][]int32{e.src: {0}})
+	st = positionsOf(t, e)
+	if n := st.WriterNext(sp, "mirror-x"); n != 5 {
+		t.Fatalf("x's record says %d after a revoke of a partition it never claimed, want 5", n)
+	}
+	if n, _ := st.Next(sp); n != 5 {
+		t.Fatalf("position %d, want 5", n)
+	}
+}
