@@ -51,6 +51,11 @@ type config struct {
 	unknownTopicGrace time.Duration
 	// repairHanging: close our own hanging transactions (hanging.go).
 	repairHanging bool
+
+	// topicF, keyF and partF are topic, key and partition with their fast
+	// paths (fastfield.go); keyF and partF are nil when key and partition
+	// are.
+	topicF, keyF, partF *field
 }
 
 // dedupeConf is the dedupe block: how to read a message's key and position.
@@ -113,6 +118,21 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 		if c.partition, err = conf.FieldInterpolatedString(keoFieldPartition); err != nil {
 			return nil, fieldErr(keoFieldPartition, err)
 		}
+	}
+	// The fields' fast paths (static, one metadata key), from their
+	// expressions as written.
+	raw := func(name string) string {
+		s, _ := conf.FieldString(name)
+		return s
+	}
+	if c.topic != nil {
+		c.topicF = newField(c.topic, raw(keoFieldTopic))
+	}
+	if c.key != nil {
+		c.keyF = newField(c.key, raw(keoFieldKey))
+	}
+	if c.partition != nil {
+		c.partF = newField(c.partition, raw(keoFieldPartition))
 	}
 	if c.inputFormat, err = conf.FieldString(keoFieldInputFormat); err != nil {
 		return nil, fieldErr(keoFieldInputFormat, err)

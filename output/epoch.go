@@ -38,6 +38,17 @@ type batchRef struct {
 	kps []txnstate.KeyPos
 }
 
+// msgOfRecord returns the message of record r of the batch (found by
+// pointer: on the failure path only).
+func (b *batchRef) msgOfRecord(r *kgo.Record) int {
+	for j, x := range b.recs {
+		if x == r {
+			return b.msgOf[j]
+		}
+	}
+	return -1
+}
+
 type topicPartition struct {
 	topic     string
 	partition int32
@@ -123,22 +134,23 @@ func (ep *epoch) advance(to txnstate.Phase) {
 	ep.phase = next
 }
 
-// promise returns the produce promise of a record of message i of ref. It
-// records the first offset and producer id per partition (the recovery
-// identity) or the failure, naming the topic, partition and size. A record
-// refused for good (too large for the topic, invalid for it, a partition the
-// topic does not have) is blamed on its message as a *MessageError; any
-// failure aborts the epoch.
-func (ep *epoch) promise(ref *batchRef, i int) func(*kgo.Record, error) {
+// promise returns the produce promise of the records of ref (one function
+// for the batch, not one per record). It records the first offset and
+// producer id per partition (the recovery identity) or the failure, naming
+// the topic, partition and size. A record refused for good (too large for the
+// topic, invalid for it, a partition the topic does not have) is blamed on its
+// message as a *MessageError; any failure aborts the epoch.
+func (ep *epoch) promise(ref *batchRef) func(*kgo.Record, error) {
 	return func(r *kgo.Record, err error) {
 		defer ep.recordDone()
 		if err != nil {
+			i := ref.msgOfRecord(r)
 			rerr := &RecordError{Topic: r.Topic, Partition: r.Partition, Size: recordSize(r), Err: err}
 			cause := fmt.Errorf("producing to topic %q: %w", r.Topic, err)
 			if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.RecordListTooLarge) {
 				cause = rerr // the record's size and where it went
 			}
-			if field, ok := refusedForGood(err); ok {
+			if field, ok := refusedForGood(err); ok && i >= 0 {
 				source := msgSource(ref.batch, i)
 				ref.mu.Lock()
 				if ref.errs == nil {

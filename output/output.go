@@ -400,9 +400,10 @@ func (o *output) produce(ep *epoch, w *write) {
 	}
 	ep.handed(len(w.recs), false)
 	size := 0
-	for i, r := range w.recs {
+	promise := ep.promise(ref)
+	for _, r := range w.recs {
 		size += recordSize(r)
-		ep.slot.cl.Produce(o.runCtx, r, ep.promise(ref, w.msgOf[i]))
+		ep.slot.cl.Produce(o.runCtx, r, promise)
 	}
 	o.m.records.Incr(int64(len(w.recs)))
 	o.m.bytes.Incr(int64(size))

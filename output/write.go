@@ -355,18 +355,22 @@ func (o *output) toRecords(batch service.MessageBatch) *write {
 	w := &write{batch: batch}
 	recs := make([]*kgo.Record, 0, len(batch))
 	msgOf := make([]int, 0, len(batch))
+	// One allocation for the records of the plain messages, not one each.
+	slab := make([]kgo.Record, len(batch))
 	fail := func(i int, field string, err error) {
 		w.fail(i, &MessageError{Source: msgSource(batch, i), Field: field, Err: err})
 	}
-	var topicX, keyX, partX *service.MessageBatchInterpolationExecutor
-	if o.conf.topic != nil {
-		topicX = batch.InterpolationExecutor(o.conf.topic)
+	// The fields' fast paths (fastfield.go); topic is nil when mirror
+	// names the topics.
+	var topicX, keyX, partX fieldExec
+	if f := current(o.conf.topicF, o.conf.topic); f != nil {
+		topicX = f.over(batch)
 	}
-	if o.conf.key != nil {
-		keyX = batch.InterpolationExecutor(o.conf.key)
+	if f := current(o.conf.keyF, o.conf.key); f != nil {
+		keyX = f.over(batch)
 	}
-	if o.conf.partition != nil {
-		partX = batch.InterpolationExecutor(o.conf.partition)
+	if f := current(o.conf.partF, o.conf.partition); f != nil {
+		partX = f.over(batch)
 	}
 	learned := o.poison.any()
 	for i, msg := range batch {
@@ -383,7 +387,7 @@ func (o *output) toRecords(batch service.MessageBatch) *write {
 				fail(i, keoFieldMirror, err)
 				continue
 			}
-		} else if topic, err = topicX.TryString(i); err != nil || topic == "" {
+		} else if topic, err = topicX.str(i); err != nil || topic == "" {
 			fail(i, keoFieldTopic, fmt.Errorf("%v (topic %q)", err, topic))
 			continue
 		}
@@ -410,7 +414,8 @@ func (o *output) toRecords(batch service.MessageBatch) *write {
 			}
 			continue
 		}
-		r := &kgo.Record{Topic: topic, Value: body}
+		r := &slab[i]
+		r.Topic, r.Value = topic, body
 		if o.conf.mirror != nil {
 			if err := mirrorRecord(r, msg); err != nil {
 				fail(i, keoFieldMirror, err)
@@ -418,7 +423,7 @@ func (o *output) toRecords(batch service.MessageBatch) *write {
 			}
 		}
 		if o.conf.key != nil {
-			k, err := keyX.TryBytes(i)
+			k, err := keyX.bytes(i)
 			if err != nil {
 				fail(i, keoFieldKey, err)
 				continue
@@ -426,15 +431,11 @@ func (o *output) toRecords(batch service.MessageBatch) *write {
 			r.Key = k
 		}
 		if o.conf.partition != nil {
-			ps, err := partX.TryString(i)
-			if err == nil {
-				var p int64
-				p, err = strconv.ParseInt(ps, 10, 32)
-				if err == nil && p < 0 {
-					err = fmt.Errorf("negative partition %d", p)
-				}
-				r.Partition = int32(p)
+			p, err := partX.int32(i)
+			if err == nil && p < 0 {
+				err = fmt.Errorf("negative partition %d", p)
 			}
+			r.Partition = p
 			if err != nil {
 				fail(i, keoFieldPartition, err)
 				continue
