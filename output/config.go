@@ -155,6 +155,17 @@ func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*conf
 		if c.metadata, err = conf.FieldMetadataFilter(keoFieldMetadata); err != nil {
 			return nil, fieldErr(keoFieldMetadata, err)
 		}
+		// A filter that includes nothing (its default) writes no
+		// header: not walked per message.
+		empty := true
+		for _, f := range []string{"include_prefixes", "include_patterns"} {
+			if l, _ := conf.FieldStringList(keoFieldMetadata, f); len(l) > 0 {
+				empty = false
+			}
+		}
+		if empty {
+			c.metadata = nil
+		}
 	}
 	if arrowOnly && conf.Contains(keoFieldMetadata) {
 		// The filter has defaults: it is set when it includes anything.
