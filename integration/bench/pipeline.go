@@ -355,8 +355,8 @@ output:
 		// The exactly-once copy (Kafka-to-Kafka mode) of the consume
 		// topic to a fresh topic, partitions kept, per message or as
 		// Arrow batches; the same input and epoch settings otherwise.
-		format, out := "message", `    partition: '${! meta("kafka_partition") }'
-    key: '${! meta("kafka_key") }'`
+		format, out := "message", `    partition: '${! metadata("kafka_partition") }'
+    key: '${! metadata("kafka_key") }'`
 		if kind == "copy_arrow" {
 			format, out = "arrow", "    input_format: arrow"
 		}
