@@ -8,7 +8,7 @@ import "strings"
 type Defect struct {
 	Name  string
 	What  string
-	Match func(p Plan, failure string) bool
+	Match func(r Result, failure string) bool
 }
 
 // Defects the simulation finds (or found, before their fix: then it is the
@@ -19,7 +19,8 @@ var Defects = []Defect{
 		Name: "order",
 		What: "kafka_eos: per-partition order does not hold with max_in_flight > 1 (a batch of epoch N+1, " +
 			"or a later batch of the same epoch, lands before an earlier one)",
-		Match: func(p Plan, f string) bool {
+		Match: func(r Result, f string) bool {
+			p := r.Plan
 			return p.Mode.k2k() && strings.HasPrefix(f, "order: in partition")
 		},
 	},
@@ -27,7 +28,8 @@ var Defects = []Defect{
 		Name: "batch-mates",
 		What: "kafka_eos: a batch holding an oversized message fails only that message, and Benthos " +
 			"acknowledges its batch-mates, which were never written (lost)",
-		Match: func(p Plan, f string) bool {
+		Match: func(r Result, f string) bool {
+			p := r.Plan
 			return len(p.Oversized) > 0 && (strings.HasPrefix(f, "acknowledged but not committed") || strings.HasPrefix(f, "lost:"))
 		},
 	},
@@ -36,7 +38,8 @@ var Defects = []Defect{
 		What: "kafka_eos: a Kafka-to-Kafka copy stalls: a batch waits 5s for the batch before it and is nacked, " +
 			"over and over (a bounded copy never ends); most often with output batching, also with " +
 			"group_membership and max_in_flight 1",
-		Match: func(p Plan, f string) bool {
+		Match: func(r Result, f string) bool {
+			p := r.Plan
 			return p.Mode.k2k() && strings.HasPrefix(f, "hang:") && strings.Contains(f, "a batch waits for the batch before it")
 		},
 	},
@@ -44,9 +47,22 @@ var Defects = []Defect{
 		Name: "members-oversized-stall",
 		What: "Kafka-to-Kafka with group_membership and an oversized record (taken by the dead-letter output): " +
 			"the copy stops just short of the end with nothing logged, the group's lag never reaches 0",
-		Match: func(p Plan, f string) bool {
+		Match: func(r Result, f string) bool {
+			p := r.Plan
 			return p.Mode == ModeMembers && len(p.Oversized) > 0 && strings.HasPrefix(f, "hang:") &&
 				!strings.Contains(f, "a batch waits for the batch before it")
+		},
+	},
+	{
+		Name: "dlq-batching-dups",
+		What: "kafka_eos with output batching behind a fallback (a dead-letter route, as " +
+			"config/examples/kafka_eos_dead_letter.yaml): Benthos' fallback cannot map kafka_eos's " +
+			"per-message error back to the input's messages, falls the whole input batch through, and the " +
+			"route rejects the messages kafka_eos wrote, which the input replays: written twice in " +
+			"Kafka-to-Kafka mode",
+		Match: func(r Result, f string) bool {
+			p := r.Plan
+			return p.Mode.k2k() && p.Batching > 0 && len(p.Oversized) > 0 && strings.HasPrefix(f, "duplicated in an end-to-end mode")
 		},
 	},
 	{
@@ -54,12 +70,12 @@ var Defects = []Defect{
 		What: "kafka_eos: a replaced instance that wakes up overwrites the live instance's slot records in " +
 			"the state cache; the next start resolves the zombie's epoch and not the live one's (its dedupe " +
 			"positions lost, replays duplicated, or a contradiction that stops the start)",
-		Match: func(p Plan, f string) bool {
-			zombie := false
-			for _, e := range p.Events {
-				zombie = zombie || e.Kind == EvZombie
+		Match: func(r Result, f string) bool {
+			p := r.Plan
+			if p.Mode.k2k() && p.Batching > 0 && len(p.Oversized) > 0 {
+				return false // dlq-batching-dups
 			}
-			return zombie && (strings.HasPrefix(f, "duplicated in an end-to-end mode") || strings.HasPrefix(f, "lost:") ||
+			return r.Stats.Zombies > 0 && (strings.HasPrefix(f, "duplicated in an end-to-end mode") || strings.HasPrefix(f, "lost:") ||
 				strings.Contains(f, "recovery decided") || strings.Contains(f, "committed after an earlier aborted epoch"))
 		},
 	},
@@ -67,28 +83,29 @@ var Defects = []Defect{
 		Name: "headers",
 		What: "kafka_native: a record's headers overwrite the input's own metadata (kafka_partition, " +
 			"kafka_key, kafka_offset): a copy partitioned or keyed by that metadata takes the header's value",
-		Match: func(_ Plan, f string) bool {
+		Match: func(_ Result, f string) bool {
 			return strings.Contains(f, " written with key ") || strings.Contains(f, " copied to partition ")
 		},
 	},
 	{
 		Name: "offsets-backwards",
 		What: "a committed offset of the input's group moves backwards",
-		Match: func(_ Plan, f string) bool {
+		Match: func(_ Result, f string) bool {
 			return strings.Contains(f, "moved backwards")
 		},
 	},
 	{
 		Name: "final-commit",
 		What: "a bounded read ends before the group's offsets reached its stops",
-		Match: func(_ Plan, f string) bool {
+		Match: func(_ Result, f string) bool {
 			return strings.HasPrefix(f, "the group's committed offsets ")
 		},
 	},
 	{
 		Name: "retention-hang",
 		What: "kafka_native: a bounded read never finishes after retention deleted records of a paused partition",
-		Match: func(p Plan, f string) bool {
+		Match: func(r Result, f string) bool {
+			p := r.Plan
 			return p.Retention && strings.HasPrefix(f, "hang:") && !strings.Contains(f, "a batch waits for the batch before it")
 		},
 	},
@@ -101,7 +118,7 @@ func Classify(r Result) (defects []string, unmatched []string) {
 	for _, f := range r.Failures {
 		hit := false
 		for _, d := range Defects {
-			if d.Match(r.Plan, f) {
+			if d.Match(r, f) {
 				hit = true
 				if !seen[d.Name] {
 					seen[d.Name] = true
