@@ -330,60 +330,110 @@ func TestKafkaHangingLeftWithoutRepair(t *testing.T) {
 // a running output's epoch: when its commit begins, a record of the slot's
 // producer goes to partition 2 without AddPartitionsToTxn and is added to the
 // epoch's partitions (as if the epoch had written it), so the commit's
-// markers skip it. The check after the commit, before the slot carries
-// another epoch, finds it and writes the COMMIT marker: the injected record
-// and every batch exactly once.
+// markers skip it. With repair_hanging_transactions false (the control) the
+// transaction is shown to hang: its coordinator has it complete while
+// partition 2 holds it open, and the output reports it found and left. With
+// the repair on (the default), the check after the commit, before the slot
+// carries another epoch, finds it and writes the COMMIT marker: nothing is
+// left open, and read_committed holds the injected record and every batch
+// exactly once.
 func TestKafkaHangingRepairedAfterEpoch(t *testing.T) {
 	for _, tv := range []int{0, 2} {
-		t.Run(fmt.Sprintf("tv%d", tv), func(t *testing.T) {
-			b := hangingBroker(t, tv)
-			topic := kafkatest.Topic(t, b, 3)
-			txnID := fmt.Sprintf("hang-epoch-%d", time.Now().UnixNano())
-			res := newResources()
-			o := newUnconnected(t, res, yamlFor([]string{b}, topic, txnID, "partitioner: manual\npartition: '0'"))
-			var injected sync.Once
-			// When the committer picks the epoch up, before its record
-			// (and the partitions in it) is made.
-			o.hooks = &testHooks{beforeCommit: func(n uint64) {
-				injected.Do(func() {
-					o.mu.Lock()
-					var ep *epoch
-					for _, l := range o.live {
-						if l.n == n {
-							ep = l
-						}
-					}
-					o.mu.Unlock()
-					off := produceUnadded(t, b, topic, 2, ep.slot.id, ep.pid, ep.pepoch, 0, "injected")
-					ep.mu.Lock()
-					ep.parts[topicPartition{topic, 2}] = txnstate.PartitionWrite{Topic: topic, Partition: 2, FirstOffset: off, ProducerID: ep.pid}
-					ep.mu.Unlock()
-				})
-			}}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if err := o.Connect(ctx); err != nil {
-				t.Fatal(err)
-			}
-			for i := range 3 {
-				if err := o.WriteBatch(ctx, batchOf(fmt.Sprintf("b%d", i), 4)); err != nil {
-					t.Fatal(err)
+		for _, repair := range []bool{false, true} {
+			t.Run(fmt.Sprintf("tv%d/repair=%v", tv, repair), func(t *testing.T) {
+				hangingAfterEpoch(t, tv, repair)
+			})
+		}
+	}
+}
+
+func hangingAfterEpoch(t *testing.T, tv int, repair bool) {
+	b := hangingBroker(t, tv)
+	topic := kafkatest.Topic(t, b, 3)
+	txnID := fmt.Sprintf("hang-epoch-%d", time.Now().UnixNano())
+	extra := "partitioner: manual\npartition: '0'"
+	if !repair {
+		extra += "\nrepair_hanging_transactions: false"
+	}
+	o := newUnconnected(t, newResources(), yamlFor([]string{b}, topic, txnID, extra))
+	var injected sync.Once
+	var (
+		pid int64  = -1
+		id  string // the slot whose epoch got the fault
+	)
+	// When the committer picks the epoch up, before its record (and the
+	// partitions in it) is made.
+	o.hooks = &testHooks{beforeCommit: func(n uint64) {
+		injected.Do(func() {
+			o.mu.Lock()
+			var ep *epoch
+			for _, l := range o.live {
+				if l.n == n {
+					ep = l
 				}
 			}
-			if f, r := o.m.tally.get(metricHanging+"/"+hangingFound), o.m.tally.get(metricHanging+"/"+hangingRepaired); f != 1 || r != 1 {
-				t.Fatalf("found %d, repaired %d; want 1, 1 (left %d)", f, r, o.m.tally.get(metricHanging+"/"+hangingLeft))
-			}
-			got := countValues(t, b, topic)
-			want := map[string]int{"injected": 1}
-			for i := range 3 {
-				for j := range 4 {
-					want[fmt.Sprintf("b%d-%d", i, j)] = 1
-				}
-			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("read_committed: %v, want %v", got, want)
-			}
+			o.mu.Unlock()
+			off := produceUnadded(t, b, topic, 2, ep.slot.id, ep.pid, ep.pepoch, 0, "injected")
+			ep.mu.Lock()
+			ep.parts[topicPartition{topic, 2}] = txnstate.PartitionWrite{Topic: topic, Partition: 2, FirstOffset: off, ProducerID: ep.pid}
+			ep.mu.Unlock()
+			pid, id = ep.pid, ep.slot.id
 		})
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := o.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := o.WriteBatch(ctx, batchOf(fmt.Sprintf("b%d", i), 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	injected.Do(func() {}) // waits for the hook's Do, and orders its writes before the reads here
+	if pid < 0 {
+		t.Fatal("no epoch committed: the fault was not injected")
+	}
+	// The check runs after the commit, before the slot's next epoch:
+	// the last batch's may still be running.
+	kafkatest.Wait(t, time.Minute, func() bool {
+		return o.m.tally.get(metricHanging+"/"+hangingLeft)+o.m.tally.get(metricHanging+"/"+hangingRepaired) > 0
+	})
+	f, l, r := o.m.tally.get(metricHanging+"/"+hangingFound), o.m.tally.get(metricHanging+"/"+hangingLeft), o.m.tally.get(metricHanging+"/"+hangingRepaired)
+	if !repair {
+		if f != 1 || l != 1 || r != 0 {
+			t.Fatalf("found %d, left %d, repaired %d; want 1, 1, 0", f, l, r)
+		}
+		// The hang itself, seen from the broker and not the output:
+		// the coordinator has the slot's transaction complete, and
+		// partition 2 holds the injected record's transaction open.
+		d, err := kafkatest.Admin(t, b).DescribeTransactions(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := d[id].State; st != txnstate.BrokerCompleteCommit {
+			t.Fatalf("coordinator state %s, want CompleteCommit: the slot's epochs ended", st)
+		}
+		if open := openIn(t, b, topic, pid); !slices.Equal(open, []int32{2}) {
+			t.Fatalf("open in %v, want [2]: the injected record's transaction hangs there", open)
+		}
+		return
+	}
+	if f != 1 || r != 1 || l != 0 {
+		t.Fatalf("found %d, repaired %d, left %d; want 1, 1, 0", f, r, l)
+	}
+	if open := openIn(t, b, topic, pid); len(open) > 0 {
+		t.Fatalf("still open after the repair: %v", open)
+	}
+	got := countValues(t, b, topic)
+	want := map[string]int{"injected": 1}
+	for i := range 3 {
+		for j := range 4 {
+			want[fmt.Sprintf("b%d-%d", i, j)] = 1
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("read_committed: %v, want %v", got, want)
 	}
 }
 
