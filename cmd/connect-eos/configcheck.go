@@ -390,15 +390,7 @@ func foreignHints(sections ...any) []string {
 		for _, comp := range []string{"kafka_native", "kafka_eos", "kafka_state"} {
 			walkComponents(sec, comp, func(conf map[string]any) {
 				if list, ok := conf["sasl"].([]any); ok {
-					mech := "SCRAM-SHA-512"
-					if len(list) > 0 {
-						if m, ok := list[0].(map[string]any); ok {
-							if s, ok := m["mechanism"].(string); ok && s != "" {
-								mech = s
-							}
-						}
-					}
-					hints = append(hints, fmt.Sprintf("%s: field sasl: a list of mechanisms (Redpanda Connect's form) is not supported: write one object, e.g. sasl: { mechanism: %s, username: ..., password: ... } (extensions and AWS_MSK_IAM are not supported)", comp, mech))
+					hints = append(hints, comp+": field sasl: "+saslListHint(list))
 				}
 				if comp == "kafka_native" {
 					if topics, ok := conf["topics"].([]any); ok {
@@ -425,6 +417,39 @@ func foreignHints(sections ...any) []string {
 		}
 	}
 	return hints
+}
+
+// saslListHint says what to write instead of Redpanda Connect's list of SASL
+// mechanisms: one object, with the first entry's mechanism and the fields
+// that mechanism takes (extensions included).
+func saslListHint(list []any) string {
+	mech, ext := "SCRAM-SHA-512", false
+	if len(list) > 0 {
+		if m, ok := list[0].(map[string]any); ok {
+			if s, ok := m["mechanism"].(string); ok && s != "" {
+				mech = s
+			}
+			_, ext = m["extensions"]
+		}
+	}
+	const head = "a list of mechanisms (Redpanda Connect's form) is not supported: "
+	var obj string
+	switch mech {
+	case "AWS_MSK_IAM":
+		return head + "AWS_MSK_IAM is not supported; the mechanisms are none, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER"
+	case "OAUTHBEARER":
+		obj = "sasl: { mechanism: OAUTHBEARER, token: ... }"
+		if ext {
+			obj = "sasl: { mechanism: OAUTHBEARER, token: ..., extensions: { key: value } }"
+		}
+	default:
+		obj = "sasl: { mechanism: " + mech + ", username: ..., password: ... }"
+	}
+	more := ""
+	if len(list) > 1 {
+		more = " (one mechanism: the one the brokers accept)"
+	}
+	return head + "write one object" + more + ", e.g. " + obj
 }
 
 // configFiles returns the config files args name: -c/--config's value and

@@ -33,6 +33,7 @@ const (
 	FieldSASLUser       = "username"
 	FieldSASLPassword   = "password"
 	FieldSASLToken      = "token"
+	FieldSASLExtensions = "extensions"
 	FieldMetadataMaxAge = "metadata_max_age"
 )
 
@@ -58,6 +59,7 @@ root = match {
   ($m == "PLAIN" || $m.has_prefix("SCRAM")) && (this.password | "") == "" => [ "sasl.password is required for mechanism %v".format($m) ],
   $m == "OAUTHBEARER" && (this.token | "") == "" => [ "sasl.token is required for mechanism OAUTHBEARER" ],
   $m == "none" && ((this.username | "") != "" || (this.password | "") != "" || (this.token | "") != "") => [ "sasl credentials are set but sasl.mechanism is none" ],
+  $m != "OAUTHBEARER" && (this.extensions | {}).length() > 0 => [ "sasl.extensions are sent with mechanism OAUTHBEARER only, and sasl.mechanism is %v".format($m) ],
   _ => [],
 }
 `
@@ -94,6 +96,10 @@ func Fields() []*service.ConfigField {
 				Description("A static bearer token for OAUTHBEARER. Never logged; `connect-eos echo` redacts it.").
 				Default("").
 				Secret(),
+			service.NewStringMapField(FieldSASLExtensions).
+				Description("Key/value pairs sent with an OAUTHBEARER authentication (SASL extensions, KIP-342), as some brokers and proxies require (a logical cluster or pool id, for instance). OAUTHBEARER only. Default none.").
+				Example(map[string]any{"logicalCluster": "lkc-123"}).
+				Optional(),
 		).
 			Description("SASL authentication. The default is no authentication.").
 			Advanced().
@@ -163,6 +169,16 @@ func saslFromParsed(conf *service.ParsedConfig) (sasl.Mechanism, string, error) 
 	user, _ := conf.FieldString(FieldSASLUser)
 	pass, _ := conf.FieldString(FieldSASLPassword)
 	token, _ := conf.FieldString(FieldSASLToken)
+	var ext map[string]string
+	if conf.Contains(FieldSASLExtensions) {
+		var err error
+		if ext, err = conf.FieldStringMap(FieldSASLExtensions); err != nil {
+			return nil, "", fmt.Errorf("field sasl.%s: %w", FieldSASLExtensions, err)
+		}
+	}
+	if len(ext) > 0 && mech != MechanismOAuthBearer {
+		return nil, "", fmt.Errorf("field sasl.%s: extensions are sent with sasl.mechanism OAUTHBEARER only, not %s", FieldSASLExtensions, mech)
+	}
 	need := func(v, field string) error {
 		if v == "" {
 			return fmt.Errorf("field sasl.%s is required for sasl.mechanism %s", field, mech)
@@ -191,7 +207,7 @@ func saslFromParsed(conf *service.ParsedConfig) (sasl.Mechanism, string, error) 
 		if err := need(token, FieldSASLToken); err != nil {
 			return nil, "", err
 		}
-		return oauth.Auth{Token: token}.AsMechanism(), mech, nil
+		return oauth.Auth{Token: token, Extensions: ext}.AsMechanism(), mech, nil
 	default:
 		return nil, "", fmt.Errorf("field sasl.mechanism: unknown mechanism %q (want one of none, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)", mech)
 	}

@@ -1,6 +1,7 @@
 package kafkaconf
 
 import (
+	"context"
 	"testing"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -37,6 +38,23 @@ sasl: { mechanism: SCRAM-SHA-512, username: u, password: p }
 	c, err = parse(t, `{ seed_brokers: [ a:1 ], sasl: { mechanism: OAUTHBEARER, token: tok } }`)
 	require.NoError(t, err)
 	require.Equal(t, "OAUTHBEARER", c.SASL.Name())
+	_, first, err := c.SASL.Authenticate(context.Background(), "a:1")
+	require.NoError(t, err)
+	require.Equal(t, "n,,\x01auth=Bearer tok\x01\x01", string(first))
+}
+
+// TestSASLExtensions: sasl.extensions (Redpanda Connect's field, written in
+// its list form there) go with the OAUTHBEARER client's first message, and
+// are refused with any other mechanism.
+func TestSASLExtensions(t *testing.T) {
+	c, err := parse(t, `{ seed_brokers: [ a:1 ], sasl: { mechanism: OAUTHBEARER, token: tok, extensions: { logicalCluster: lkc-1 } } }`)
+	require.NoError(t, err)
+	_, first, err := c.SASL.Authenticate(context.Background(), "a:1")
+	require.NoError(t, err)
+	require.Equal(t, "n,,\x01auth=Bearer tok\x01logicalCluster=lkc-1\x01\x01", string(first))
+
+	_, err = parse(t, `{ seed_brokers: [ a:1 ], sasl: { mechanism: SCRAM-SHA-256, username: u, password: p, extensions: { a: b } } }`)
+	require.ErrorContains(t, err, "field sasl.extensions: extensions are sent with sasl.mechanism OAUTHBEARER only, not SCRAM-SHA-256")
 }
 
 func TestFromParsedErrorsNameTheField(t *testing.T) {
@@ -62,10 +80,11 @@ func TestLintRejectsIncompleteSASL(t *testing.T) {
 			return nil, service.BatchPolicy{}, 1, nil
 		}))
 	for yaml, want := range map[string]string{
-		"sasl: { mechanism: SCRAM-SHA-512, username: u }": "sasl.password is required for mechanism SCRAM-SHA-512",
-		"sasl: { mechanism: PLAIN, password: p }":         "sasl.username is required for mechanism PLAIN",
-		"sasl: { mechanism: OAUTHBEARER }":                "sasl.token is required",
-		"sasl: { username: u }":                           "sasl.mechanism is none",
+		"sasl: { mechanism: SCRAM-SHA-512, username: u }":                            "sasl.password is required for mechanism SCRAM-SHA-512",
+		"sasl: { mechanism: PLAIN, password: p }":                                    "sasl.username is required for mechanism PLAIN",
+		"sasl: { mechanism: OAUTHBEARER }":                                           "sasl.token is required",
+		"sasl: { username: u }":                                                      "sasl.mechanism is none",
+		"sasl: { mechanism: PLAIN, username: u, password: p, extensions: { a: b } }": "sasl.extensions are sent with mechanism OAUTHBEARER only, and sasl.mechanism is PLAIN",
 	} {
 		sb := env.NewStreamBuilder()
 		err := sb.AddOutputYAML("kafkaconf_under_test:\n  seed_brokers: [ a:1 ]\n  " + yaml)
@@ -73,6 +92,8 @@ func TestLintRejectsIncompleteSASL(t *testing.T) {
 	}
 	sb := env.NewStreamBuilder()
 	require.NoError(t, sb.AddOutputYAML("kafkaconf_under_test:\n  seed_brokers: [ a:1 ]\n  sasl: { mechanism: PLAIN, username: u, password: p }"))
+	sb = env.NewStreamBuilder()
+	require.NoError(t, sb.AddOutputYAML("kafkaconf_under_test:\n  seed_brokers: [ a:1 ]\n  sasl: { mechanism: OAUTHBEARER, token: t, extensions: { a: b } }"))
 }
 
 func TestWarnings(t *testing.T) {
