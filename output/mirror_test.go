@@ -1,22 +1,20 @@
 package output
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -219,6 +217,15 @@ func (countProc) Close(context.Context) error { return nil }
 // countYAML is the count_mirror processor item for run.
 func countYAML(run string) string { return fmt.Sprintf("    - count_mirror: { run: %q }\n", run) }
 
+// runSeq makes runName's names unique in the test binary: -count=N runs a
+// test again under the same name, and a run's counts must start empty.
+var runSeq atomic.Int64
+
+// runName names one stream's count_mirror run.
+func runName(t testing.TB, what string) string {
+	return fmt.Sprintf("%s/%s#%d", t.Name(), what, runSeq.Add(1))
+}
+
 // seen returns the source records run read (each once).
 func seen(run string) map[[2]int64]int {
 	mirrorSeen.Lock()
@@ -255,9 +262,10 @@ func TestMirrorCopyAndResume(t *testing.T) { testMirrorCopyAndResume(t, newMirro
 
 func testMirrorCopyAndResume(t *testing.T, e mirrorEnv) {
 	fillSource(t, e.a, e.src, 0, 200)
-	runStream(t, e.mirrorYAML(e.id+"resume", bounded, "", countYAML(t.Name()+"/1")), 60*time.Second)
+	run1, run2 := runName(t, "1"), runName(t, "2")
+	runStream(t, e.mirrorYAML(e.id+"resume", bounded, "", countYAML(run1)), 60*time.Second)
 	checkMirror(t, e, 200)
-	if got := len(seen(t.Name() + "/1")); got != 200 {
+	if got := len(seen(run1)); got != 200 {
 		t.Fatalf("first run read %d records, want 200", got)
 	}
 	st := positionsOf(t, e)
@@ -277,9 +285,9 @@ func testMirrorCopyAndResume(t *testing.T, e mirrorEnv) {
 	})
 
 	fillSource(t, e.a, e.src, 200, 60)
-	runStream(t, e.mirrorYAML(e.id+"resume", bounded, "", countYAML(t.Name()+"/2")), 60*time.Second)
+	runStream(t, e.mirrorYAML(e.id+"resume", bounded, "", countYAML(run2)), 60*time.Second)
 	checkMirror(t, e, 260)
-	if got := len(seen(t.Name() + "/2")); got != 60 {
+	if got := len(seen(run2)); got != 60 {
 		t.Fatalf("second run read %d records from A, want the 60 new ones", got)
 	}
 }
@@ -330,15 +338,41 @@ func testMirrorCrash(t *testing.T, env func(t *testing.T) mirrorEnv) {
 			e.state = e.id + "crash-state"
 			const n = 2000
 			fillSource(t, e.a, e.src, 0, n)
-			run1, run2 := t.Name()+"/1", t.Name()+"/2"
+			run1, run2 := runName(t, "1"), runName(t, "2")
 			crashed := make(chan struct{})
 			var atCrash map[[2]int64]int
+			// open: the source records of the epochs that had not
+			// committed at the crash (those after the crashed one, and
+			// the crashed one itself before PREPARE: after PREPARE the
+			// restart commits it); epochs: their number; held: the
+			// batches of every live epoch at the crash (the output's
+			// unacknowledged batches that joined one); largest: the
+			// largest epoch of the run, in source records.
+			var open, epochs, held, largest int
 			testOutputHook = func(o *output) {
 				o.hooks = &testHooks{atStep: func(step commitStep, ep uint64) error {
+					o.mu.Lock()
+					defer o.mu.Unlock()
+					for _, l := range o.live {
+						size := 0
+						for _, b := range l.batches {
+							size += len(b.batch)
+						}
+						largest = max(largest, size)
+					}
 					if step != tc.step || atCrash != nil || len(seen(run1)) < n/2 {
 						return nil
 					}
 					atCrash = seen(run1)
+					for _, l := range o.live {
+						held += len(l.batches)
+						if l.n > ep || (l.n == ep && step == stepProduced) {
+							epochs++
+							for _, b := range l.batches {
+								open += len(b.batch)
+							}
+						}
+					}
 					close(crashed)
 					return errCrash
 				}}
@@ -370,16 +404,27 @@ func testMirrorCrash(t *testing.T, env func(t *testing.T) mirrorEnv) {
 					again++
 				}
 			}
-			t.Logf("crash after %d records read: the restart read %d of them again (bound %d)", len(atCrash), again, (mirrorInFlight+1)*mirrorBatch)
+			t.Logf("crash after %d records read: the restart read %d of them again; %d records in the %d epochs not committed at the crash, %d batches in live epochs, largest epoch %d records, bound %d",
+				len(atCrash), again, open, epochs, held, largest, (mirrorInFlight+1)*mirrorBatch)
+			// What the restart reads again is what had not committed:
+			// the open epochs' records, the batches the output held that
+			// had not joined an epoch yet (at most max_in_flight less
+			// those that had) and the batch in the pipeline.
+			if waiting := mirrorInFlight - held; again > open+(waiting+1)*mirrorBatch {
+				t.Fatalf("the restart read %d records again, more than the %d of the epochs open at the crash, %d batches waiting to join one and the batch in the pipeline (%d records each)", again, open, waiting, mirrorBatch)
+			}
+			// An epoch holds at most max_in_flight batches (a batch is
+			// acknowledged only when its epoch commits), and so do the
+			// open epochs together: at most one epoch's worth.
+			if largest > mirrorInFlight*mirrorBatch || open > mirrorInFlight*mirrorBatch {
+				t.Fatalf("an epoch of %d records, %d in the open epochs: more than max_in_flight (%d) batches of %d", largest, open, mirrorInFlight, mirrorBatch)
+			}
 			if again > (mirrorInFlight+1)*mirrorBatch {
-				t.Fatalf("the restart read %d records again, more than the %d in flight at the crash", again, (mirrorInFlight+1)*mirrorBatch)
+				t.Fatalf("the restart read %d records again, more than one epoch's worth (max_in_flight %d batches of %d) and the batch in the pipeline", again, mirrorInFlight, mirrorBatch)
 			}
 		})
 	}
 }
-
-// unused keeps imports while the file grows.
-var _ = []any{slices.Sort[[]int], strconv.Itoa, kadm.NewClient}
 
 // mirrorMember is the YAML of one member of an unbounded mirror sharing the
 // source's partitions through group_membership.
@@ -446,8 +491,9 @@ func testMirrorMembersRebalance(t *testing.T, e mirrorEnv) {
 	}
 }
 
-// TestMirrorDocShowsExample: docs/mirror.md shows the example config as it is
-// (from its first key on; the example's lint runs in cmd/connect-eos).
+// TestMirrorDocShowsExample: docs/mirror.md shows the example config as it is,
+// whole, comments included (the example's lint runs in cmd/connect-eos,
+// TestExamplesLint).
 func TestMirrorDocShowsExample(t *testing.T) {
 	ex, err := os.ReadFile("../config/examples/kafka_mirror_cross_cluster.yaml")
 	if err != nil {
@@ -457,9 +503,8 @@ func TestMirrorDocShowsExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := string(ex[bytes.Index(ex, []byte("\ninput:\n"))+1:])
-	if !strings.Contains(string(doc), "```yaml\n"+body+"```\n") {
-		t.Fatal("docs/mirror.md does not show config/examples/kafka_mirror_cross_cluster.yaml (from input: on) as it is")
+	if !strings.Contains(string(doc), "```yaml\n"+string(ex)+"```\n") {
+		t.Fatal("docs/mirror.md does not show config/examples/kafka_mirror_cross_cluster.yaml whole, as it is")
 	}
 }
 
