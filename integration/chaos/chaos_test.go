@@ -905,6 +905,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 				time.Sleep(2 * time.Second)
 			}
 		case evTerm:
+			cur[i].waitRunning(60 * time.Second)
 			_ = cur[i].signal(syscall.SIGTERM)
 			code, err := cur[i].wait(90 * time.Second)
 			if err != nil {

@@ -105,6 +105,22 @@ func (c *copier) exitCode() int {
 	return c.code
 }
 
+// waitRunning waits up to d until the process logged a line of its own, or
+// exited: the binary holds SIGTERM from the start of its run on, so a SIGTERM
+// sent before (to a process just started, still loading) would kill it by the
+// signal's default action instead of stopping it gracefully.
+func (c *copier) waitRunning(d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline) && !c.exited(); time.Sleep(50 * time.Millisecond) {
+		if len(grepLines(c.logPath, ownLine, 1)) > 0 {
+			return
+		}
+	}
+}
+
+// ownLine matches a line the binary logged (logfmt), not the suite's
+// "=== chaos:" lines.
+var ownLine = regexp.MustCompile(`^time=.* level=`)
+
 func (c *copier) kill() {
 	if !c.exited() {
 		_ = c.signal(syscall.SIGKILL)
