@@ -804,7 +804,10 @@ func (m *k2kMode) connect(ctx context.Context) error { return m.o.loadCommitted(
 // batch under output batching); the message itself is never acknowledged,
 // so that a dead-letter output takes it (see ErrCannotWrite).
 func (m *k2kMode) read(w *write) {
-	for _, msg := range w.batch {
+	for i, msg := range w.batch {
+		if w.done[i] {
+			continue // committed already, with its span
+		}
 		s, ok := handover.SpanOf(msg)
 		if !ok {
 			continue

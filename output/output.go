@@ -291,6 +291,7 @@ func (o *output) classifyConnectErr(err error) error {
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
 	w := o.toRecords(batch) // one record per message or Arrow row; the unwritable fail
 	defer w.release()
+	o.skipWritten(w)                          // replays of messages written beside a failed one
 	o.mode.read(w)                            // spans, or keys and positions; what is held back
 	ep, err := o.admit(ctx, w, o.sentBack(w)) // join an epoch by the mode's rules
 	if err != nil || ep == nil {

@@ -344,7 +344,9 @@ pipeline with an error naming it: replaying it cannot help. A plain `+"`fallback
 a dead-letter output would also divert the messages of an aborted epoch, which
 are fine to replay. Under output `+"`batching`"+` Benthos reports errors per input batch:
 the dead-letter output receives the whole input batch of such a message (the others
-are written to the topic as well). In Kafka-to-Kafka mode output `+"`batching`"+` needs
+are written to the topic as well). A route that rejects those others sends them back
+written: their replay is acknowledged without writing them again (in dedupe mode
+their positions drop it). In Kafka-to-Kafka mode output `+"`batching`"+` needs
 `+"`pipeline.threads: 1`"+`: with several threads the batcher combines input batches out of
 order, and output batches that wait for each other's ranges are nacked again and again.
 

@@ -32,6 +32,9 @@ type write struct {
 	// failed holds, per message not written, why: a *MessageError (it can
 	// never be written) or the error of a message held back behind one.
 	failed map[int]error
+	// done holds the messages written before, in an epoch that committed:
+	// acknowledged without being written again (skipWritten).
+	done map[int]bool
 
 	// What the mode read: the spans to commit with the batch
 	// (Kafka-to-Kafka) and the positions it writes (dedupe).
@@ -171,19 +174,94 @@ func sourceOffset(m *service.Message) (int64, bool) {
 // refused for good (learned: the epoch holding them aborted), so that their
 // replay fails before anything is produced. Bounded: the oldest entries go
 // first.
+//
+// It also remembers the batch-mates of a message reported unwritable that
+// were written, in an epoch that committed (mates): Benthos may send them
+// back to the input (under output batching every message of an input batch
+// gets the first error of that batch, and a fallback route that dead-letters
+// only the unwritable message rejects the others), and the input replays
+// them; their replay is acknowledged without writing them again (see
+// output.skipWritten).
 type poisons struct {
 	mu       sync.Mutex
 	seed     maphash.Seed
 	reported map[uint64]int
 	learned  map[uint64]*MessageError
 	order    []uint64
+
+	mates     map[uint64]struct{}
+	mateOrder []uint64
 }
 
 // maxPoisons bounds the messages remembered (about 100 bytes each).
 const maxPoisons = 4096
 
+// maxMates bounds the written batch-mates remembered (about 40 bytes each).
+// A replay of one forgotten is written again (a duplicate), never lost.
+const maxMates = 1 << 16
+
 func newPoisons() *poisons {
-	return &poisons{seed: maphash.MakeSeed(), reported: map[uint64]int{}, learned: map[uint64]*MessageError{}}
+	return &poisons{seed: maphash.MakeSeed(), reported: map[uint64]int{}, learned: map[uint64]*MessageError{}, mates: map[uint64]struct{}{}}
+}
+
+// mateID identifies a message read by kafka_native across a replay: its
+// source (topic, partition, offset), the assignment and generation its batch
+// was read under (a partition read again after a rebalance is a new
+// delivery), and its body (a processor that makes several messages of one
+// record makes them different). A message without a source has none: its
+// replay is written again.
+func (p *poisons) mateID(m *service.Message) (uint64, bool) {
+	t, tok := m.MetaGetMut("kafka_topic")
+	pa, pok := m.MetaGetMut("kafka_partition")
+	off, ook := sourceOffset(m)
+	if !tok || !pok || !ook {
+		return 0, false
+	}
+	b, err := m.AsBytes()
+	if err != nil {
+		return 0, false
+	}
+	var h maphash.Hash
+	h.SetSeed(p.seed)
+	fmt.Fprintf(&h, "mate\x00%v\x00%v\x00%d", t, pa, off)
+	if s, ok := handover.SpanOf(m); ok {
+		fmt.Fprintf(&h, "\x00%d\x00%d\x00%s", s.Assignment, s.Generation, s.MemberID)
+	}
+	h.WriteByte(0)
+	h.Write(b)
+	return h.Sum64(), true
+}
+
+// wrote remembers messages written in an epoch that committed.
+func (p *poisons) wrote(ids []uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range ids {
+		if _, ok := p.mates[id]; ok {
+			continue
+		}
+		if len(p.mateOrder) >= maxMates {
+			delete(p.mates, p.mateOrder[0])
+			p.mateOrder = p.mateOrder[1:]
+		}
+		p.mates[id] = struct{}{}
+		p.mateOrder = append(p.mateOrder, id)
+	}
+}
+
+// written reports whether message id was remembered as written.
+func (p *poisons) written(id uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.mates[id]
+	return ok
+}
+
+// anyWritten reports whether any written message is remembered.
+func (p *poisons) anyWritten() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.mates) > 0
 }
 
 // id identifies a message across a replay: its source (topic, partition,
@@ -323,6 +401,23 @@ func (o *output) result(w *write, err error) error {
 	if len(w.failed) == 0 || err != nil {
 		return err
 	}
+	if w.ref != nil && o.conf.mode != txnstate.Dedupe {
+		// Written and committed beside a failed message: remembered, so
+		// that a replay of them is acknowledged without writing them again
+		// (skipWritten). Dedupe mode drops such replays by their position.
+		var ids []uint64
+		last := -1
+		for _, i := range w.msgOf {
+			if i == last {
+				continue
+			}
+			last = i
+			if id, ok := o.poison.mateID(w.batch[i]); ok {
+				ids = append(ids, id)
+			}
+		}
+		o.poison.wrote(ids)
+	}
 	var headline error
 	for i := range w.batch {
 		e, ok := w.failed[i]
@@ -343,6 +438,37 @@ func (o *output) result(w *write, err error) error {
 		berr = berr.Failed(i, e)
 	}
 	return berr
+}
+
+// skipWritten acknowledges without writing them the messages of w written
+// before in an epoch that committed, beside a message that could not be
+// written (poisons.mates): Benthos sent them back with it and the input
+// replays them. Writing them again would copy them twice. Not in dedupe mode,
+// whose positions drop such replays (and whose positions must be read from
+// every message).
+func (o *output) skipWritten(w *write) {
+	if o.conf.mode == txnstate.Dedupe || !o.poison.anyWritten() {
+		return
+	}
+	n := 0
+	for i, msg := range w.batch {
+		if w.unwritten(i) {
+			continue
+		}
+		if id, ok := o.poison.mateID(msg); ok && o.poison.written(id) {
+			if w.done == nil {
+				w.done = map[int]bool{}
+			}
+			w.done[i] = true
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	w.dropRecords(func(i int) bool { return w.done[i] })
+	o.m.tally.add("replays_already_written", int64(n))
+	o.log.Debugf("kafka_eos: %d of %d messages of the batch were written in an epoch that committed (sent back with a message that cannot be written): acknowledged without writing them again", n, len(w.batch))
 }
 
 // toRecords turns a batch into records: one per plain message, one per row
