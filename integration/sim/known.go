@@ -1,6 +1,10 @@
 package sim
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
 // Defect is a defect the simulation finds, with how to recognise a failure
 // it causes. Classify names the defects a failing run matches, so that a
@@ -37,7 +41,9 @@ var Defects = []Defect{
 		Name: "k2k-stall",
 		What: "kafka_eos: a Kafka-to-Kafka copy stalls: a batch waits 5s for the batch before it and is nacked, " +
 			"over and over (a bounded copy never ends); most often with output batching, also with " +
-			"group_membership and max_in_flight 1",
+			"group_membership and max_in_flight 1, and with pipeline threads above max_in_flight (2 threads, " +
+			"max_in_flight 1, no output batching, no fault: one thread's batch holds the output's only " +
+			"slot waiting for the batch the other thread cannot hand over)",
 		Match: func(r Result, f string) bool {
 			p := r.Plan
 			return p.Mode.k2k() && strings.HasPrefix(f, "hang:") && strings.Contains(f, "a batch waits for the batch before it")
@@ -85,6 +91,50 @@ var Defects = []Defect{
 			"kafka_key, kafka_offset): a copy partitioned or keyed by that metadata takes the header's value",
 		Match: func(_ Result, f string) bool {
 			return strings.Contains(f, " written with key ") || strings.Contains(f, " copied to partition ")
+		},
+	},
+	{
+		Name: "dedupe-stop-acks",
+		What: "kafka_eos dedupe mode: once the output stopped (fenced, in doubt), a batch redelivered during " +
+			"the drain is acknowledged as a duplicate of positions its aborted epoch had admitted",
+		Match: func(r Result, f string) bool {
+			p := r.Plan
+			return p.Mode == ModeDedupe && len(p.Oversized) == 0 && strings.HasPrefix(f, "acknowledged but not committed")
+		},
+	},
+	{
+		Name: "commit-not-ours",
+		What: "kafka_eos: a commit whose check finds the transaction at another producer's state is " +
+			"acknowledged although it was never confirmed",
+		Match: func(r Result, f string) bool {
+			p := r.Plan
+			return p.Mode != ModeDedupe && len(p.Oversized) == 0 && strings.HasPrefix(f, "acknowledged but not committed")
+		},
+	},
+	{
+		Name: "sigterm-fatal",
+		What: "kafka_native: a SIGTERM during the final commit of a bounded read exits as fatal (3)",
+		Match: func(_ Result, f string) bool {
+			return strings.Contains(f, " exited 3 after a SIGTERM")
+		},
+	},
+	{
+		Name: "state-auth-retry",
+		What: "kafka_eos with kafka_state as its state cache: a state-topic write the broker refuses for good " +
+			"(TOPIC_AUTHORIZATION_FAILED on its Produce) is retried as an unknown outcome (\"retrying before " +
+			"the slot carries another epoch\", every 5s) instead of stopping the pipeline with the error",
+		Match: func(r Result, f string) bool {
+			p := r.Plan
+			if p.StateCache != "kafka_state" {
+				return false
+			}
+			for _, ft := range p.Faults {
+				if ft.Fatal && ft.Key == kmsg.Produce {
+					return strings.Contains(f, "and no instance stopped on it") ||
+						strings.Contains(f, "stopped on a fatal error that does not name the injected")
+				}
+			}
+			return false
 		},
 	},
 	{

@@ -380,6 +380,13 @@ func Draw(seed uint64) Plan {
 	if r.IntN(10) < 7 {
 		p.Throttle = time.Second / time.Duration(p.Records)
 	}
+	// Several pipeline threads where the lint rule allows them: not in
+	// dedupe mode, nor in Kafka-to-Kafka mode with output batching (the
+	// threads hand batches on out of order). Kafka-to-Kafka without output
+	// batching keeps each partition's order whatever the threads.
+	if p.Mode != ModeDedupe && !(p.Mode.k2k() && p.Batching > 0) && r.IntN(3) == 0 {
+		p.Threads = pick(r, []int{2, 4})
+	}
 	return p
 }
 
@@ -502,6 +509,9 @@ func (p Plan) String() string {
 	if p.Throttle > 0 {
 		fmt.Fprintf(&b, " throttle=%s", p.Throttle)
 	}
+	if p.Threads != 1 {
+		fmt.Fprintf(&b, " threads=%d", p.Threads)
+	}
 	fmt.Fprintf(&b, " max_in_flight=%d pool=%d batching=%d epoch=%s/%d in_batch=%d commit=%s cache=%s txn_timeout=%s",
 		p.MaxInFlight, p.PoolSize, p.Batching, p.EpochInterval, p.EpochMaxRecords, p.InputBatch, p.CommitPeriod, p.StateCache, p.TxnTimeout)
 	var fs []string
@@ -526,7 +536,7 @@ func (p Plan) String() string {
 
 // Override changes a drawn plan for triage ("which dimension matters?"):
 // comma-separated name=value pairs among mode, tv, max_in_flight, pool,
-// batching, in_batch, cache (sim or kafka_state), oversized (none), faults
+// batching, threads, in_batch, cache (sim or kafka_state), oversized (none), faults
 // (none), cache_faults (none), events (none). A failure is reported by its seed alone; an override only
 // narrows down its cause.
 func Override(p Plan, spec string) (Plan, error) {
@@ -551,6 +561,8 @@ func Override(p Plan, spec string) (Plan, error) {
 			p.PoolSize, err = num()
 		case "batching":
 			p.Batching, err = num()
+		case "threads":
+			p.Threads, err = num()
 		case "in_batch":
 			p.InputBatch, err = num()
 		case "oversized":

@@ -46,6 +46,24 @@ func TestDrawIsDeterministic(t *testing.T) {
 	}
 }
 
+// TestDrawKeepsTheLintRule: no seed draws a configuration `connect-eos lint`
+// refuses: pipeline threads other than 1 in dedupe mode, or in
+// Kafka-to-Kafka mode with output batching. Other runs draw 2 or 4 threads
+// now and then.
+func TestDrawKeepsTheLintRule(t *testing.T) {
+	threads := map[int]int{}
+	for s := uint64(1); s <= 2000; s++ {
+		p := Draw(s)
+		threads[p.Threads]++
+		if p.Threads != 1 && (p.Mode == ModeDedupe || (p.Mode.k2k() && p.Batching > 0)) {
+			t.Fatalf("seed %d draws a configuration the lint rule refuses: %s", s, p)
+		}
+	}
+	if threads[2] == 0 || threads[4] == 0 || threads[1] < 1000 {
+		t.Fatalf("2000 seeds drew threads %v", threads)
+	}
+}
+
 // TestInjectorCountsRequests: a fault hits the At-th to the (At+Count-1)-th
 // request of its kind counted once armed, never one before arming.
 func TestInjectorCountsRequests(t *testing.T) {

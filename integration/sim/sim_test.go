@@ -40,6 +40,7 @@ var knownFailures = map[uint64]string{
 	11: "k2k-stall",
 	13: "k2k-stall",
 	15: "order",
+	20: "k2k-stall",
 	23: "order",
 	24: "order",
 	29: "k2k-stall",
