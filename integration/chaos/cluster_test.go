@@ -177,13 +177,29 @@ func inSync(md kadm.Metadata, n int, topics []string) error {
 func checkTopology(ctx context.Context, c *cluster) error {
 	n := len(c.nodes)
 	uniq := strconv.FormatInt(time.Now().UnixNano(), 36)
-	tcl, err := c.client(kgo.TransactionalID("topology-"+uniq), kgo.TransactionTimeout(10*time.Second))
-	if err != nil {
-		return err
-	}
-	defer tcl.Close()
-	if _, _, err := tcl.ProducerID(ctx); err != nil {
-		return fmt.Errorf("init producer id (creates __transaction_state): %v", err)
+	// The first InitProducerID creates __transaction_state; its new
+	// partitions' leaders then load them and answer
+	// COORDINATOR_LOAD_IN_PROGRESS meanwhile, for longer than the client's
+	// retries on a loaded machine: a fresh client tries again until ctx
+	// ends.
+	var tcl *kgo.Client
+	for attempt := 1; ; attempt++ {
+		var err error
+		if tcl, err = c.client(kgo.TransactionalID("topology-"+uniq), kgo.TransactionTimeout(10*time.Second)); err != nil {
+			return err
+		}
+		if _, _, err = tcl.ProducerID(ctx); err == nil {
+			defer tcl.Close()
+			break
+		}
+		tcl.Close()
+		if ctx.Err() != nil {
+			return fmt.Errorf("init producer id (creates __transaction_state), %d attempts: %v", attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
 	cl, err := c.client()
 	if err != nil {
