@@ -219,7 +219,8 @@ func (m *dedupeMode) replayed(w *write, all bool) []txnstate.KeyPos {
 	return out
 }
 
-// plan decides which messages of kps are replays.
+// plan decides which messages of kps are replays. A new key beyond
+// dedupe.max_keys stops the output (see tooManyKeys). Called with o.mu held.
 func (m *dedupeMode) plan(kps []txnstate.KeyPos) ([]bool, error) {
 	o := m.o
 	drop, err := o.dd.Plan(kps, time.Now())
@@ -228,9 +229,27 @@ func (m *dedupeMode) plan(kps []txnstate.KeyPos) ([]bool, error) {
 			o.m.dedupeOutOfOrder()
 			o.log.Debugf("kafka_eos: %v; batch nacked to be replayed after it", err)
 		}
+		var tm *txnstate.TooManyKeysError
+		if errors.As(err, &tm) {
+			return nil, m.tooManyKeys(tm)
+		}
 		return nil, err
 	}
 	return drop, nil
+}
+
+// tooManyKeys stops the output when a new key would exceed dedupe.max_keys.
+// Nacking the batch would replay it for ever (keys are never freed: a key
+// forgotten would have its replays written again, I4), a silent stall;
+// routing it away would drop the key's messages until a restart with a
+// higher bound. So the pipeline stops, naming the field, its value and what
+// to raise it to. Called with o.mu held.
+func (m *dedupeMode) tooManyKeys(tm *txnstate.TooManyKeysError) error {
+	o := m.o
+	err := fmt.Errorf("kafka_eos: dedupe: key %q would be key %d, above %s.%s %d (keys are never forgotten: a forgotten key's replays would be written again): raise %s.%s to at least %d, keeping the committed positions of every key (about the key's length plus 25 bytes per key) within one value of the state cache, or key on fewer values: %w",
+		tm.Key, tm.Keys, keoFieldDedupe, keoFieldDedupeMaxKeys, tm.Max, keoFieldDedupe, keoFieldDedupeMaxKeys, tm.Keys, txnstate.ErrTooManyKeys)
+	o.log.Errorf("%v", err)
+	return o.stopLocked(err, true)
 }
 
 // refused makes the positions of a batch nacked before it joined an epoch

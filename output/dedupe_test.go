@@ -271,8 +271,14 @@ func TestDedupeBadPosition(t *testing.T) {
 	}
 }
 
-// The key bound: a new key beyond max_keys fails its batch.
+// The key bound: a new key beyond max_keys stops the output with a fatal
+// error naming the key, dedupe.max_keys, its value and what to raise it to;
+// nothing of the batch is acknowledged, and nothing after it. (Before, the
+// batch was nacked and Benthos replayed it for ever: a silent stall.)
+// Forgetting a key instead would write its replays again (I4).
 func TestDedupeMaxKeys(t *testing.T) {
+	fc, restore := catchFatal()
+	defer restore()
 	c := newCluster(t)
 	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", dedupeExtra+"  max_keys: 2\n"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -282,8 +288,25 @@ func TestDedupeMaxKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := o.WriteBatch(ctx, posBatch("c", 1, 1)); !errors.Is(err, txnstate.ErrTooManyKeys) || !strings.Contains(err.Error(), `"c"`) {
-		t.Fatalf("third key: %v", err)
+	err := o.WriteBatch(ctx, posBatch("c", 1, 1))
+	if !errors.Is(err, txnstate.ErrTooManyKeys) {
+		t.Fatalf("third key: %v, want ErrTooManyKeys", err)
+	}
+	ferr := fc.err()
+	if ferr == nil {
+		t.Fatalf("third key: %v, and no fatal stop (the batch is replayed for ever)", err)
+	}
+	for _, want := range []string{`"c"`, "dedupe.max_keys", "2", "at least 3"} {
+		if !strings.Contains(ferr.Error(), want) {
+			t.Fatalf("fatal %q does not name %s", ferr, want)
+		}
+	}
+	// Stopped: a known key is not written either.
+	if err := o.WriteBatch(ctx, posBatch("a", 2, 1)); err == nil {
+		t.Fatal("a write after the stop was acked")
+	}
+	if got := readCommittedNow(t, c.ListenAddrs(), testTopic); len(got) != 2 {
+		t.Fatalf("%d records, want the 2 of keys a and b", len(got))
 	}
 }
 

@@ -478,7 +478,7 @@ on their increase sees the first one.
 				service.NewInterpolatedStringField(keoFieldDedupePosition).
 					Description("The position of a message within its key, a decimal integer that increases strictly per key in the order the input delivers the messages (e.g. `${! metadata(\"kafka_offset\") }`). A message whose position does not parse as an integer fails with an error naming the message and the value (its whole batch is nacked, nothing of it is acknowledged)."),
 				service.NewIntField(keoFieldDedupeMaxKeys).
-					Description("The most keys whose positions are kept. The committed positions of every key are one state cache value (about the key's length plus 25 bytes per key, JSON), which must fit the cache's value limit (`kafka_state`: the topic's max.message.bytes, 1 MiB by default) and is rewritten after every epoch; a message with a new key beyond the bound fails with an error naming the key. Default 10000.").
+					Description("The most keys whose positions are kept. The committed positions of every key are one state cache value (about the key's length plus 25 bytes per key, JSON), which must fit the cache's value limit (`kafka_state`: the topic's max.message.bytes, 1 MiB by default) and is rewritten after every epoch; the first message with a new key beyond the bound stops the pipeline with an error naming the key, this field and the value to raise it to (keys are never forgotten: a forgotten key's replays would be written again). Default 10000.").
 					Default(defaultDedupeMaxKeys).
 					Advanced(),
 			).

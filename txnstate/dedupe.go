@@ -58,6 +58,20 @@ var (
 	ErrTooManyKeys = errors.New("txnstate: dedupe: too many keys")
 )
 
+// TooManyKeysError is Plan's ErrTooManyKeys: Key would be key number Keys,
+// above the bound Max. Keys are never forgotten (a forgotten key's replays
+// would be written again), so no later batch frees one in a steady state.
+type TooManyKeysError struct {
+	Key       string
+	Keys, Max int
+}
+
+func (e *TooManyKeysError) Error() string {
+	return fmt.Sprintf("%v: key %q would be key %d, above the bound of %d", ErrTooManyKeys, e.Key, e.Keys, e.Max)
+}
+
+func (e *TooManyKeysError) Unwrap() error { return ErrTooManyKeys }
+
 // OwedExpiry is how long an aborted epoch's positions wait for their replay
 // before they are forgotten (with ErrAwaitingReplay's batches then admitted).
 // Benthos retries a nacked batch within about a second (backoff capped at
@@ -122,7 +136,7 @@ func (d *DedupeState) Plan(msgs []KeyPos, now time.Time) (drop []bool, err error
 				h = -1 << 63
 				newKeys++
 				if d.maxKeys > 0 && len(d.admitted)+newKeys > d.maxKeys {
-					return nil, fmt.Errorf("%w: key %q would be key %d, above the bound of %d", ErrTooManyKeys, m.Key, len(d.admitted)+newKeys, d.maxKeys)
+					return nil, &TooManyKeysError{Key: m.Key, Keys: len(d.admitted) + newKeys, Max: d.maxKeys}
 				}
 			}
 			high[m.Key] = h
