@@ -272,7 +272,8 @@ const (
 // waits for a share of the records left before the tail, so the last rounds
 // have little left, and a long round there would let the copy reach the
 // tail's gate first (the rounds then still land, on a copy waiting for the
-// tail, with nothing in flight).
+// tail, with nothing in flight); a transaction coordinator's kill -9 is the
+// first of them.
 func (k knobs) plan(rng *rand.Rand) []event {
 	var special []event
 	for range k.sigterms {
@@ -286,6 +287,13 @@ func (k knobs) plan(rng *rand.Rand) []event {
 	}
 	special = append(special, k.cluster.events()...)
 	rng.Shuffle(len(special), func(i, j int) { special[i], special[j] = special[j], special[i] })
+	// A transaction coordinator's kill -9 comes first of them: its failover
+	// is measured by the slot's next commit, which needs a copy still
+	// running (on a loaded machine the long rounds before it could let the
+	// copy reach the tail's gate, where nothing commits).
+	if i := slices.Index(special, evTxnCoordKill); i > 0 {
+		special[0], special[i] = special[i], special[0]
+	}
 	total := len(special) + k.kills
 	evs := make([]event, total)
 	// Positions for the special rounds among the first two thirds (or

@@ -698,6 +698,18 @@ func TestClusterRoundsPlannedAndCounted(t *testing.T) {
 	if want[evKill] != 2 || len(plan) != 6 {
 		t.Errorf("plan %v: want 2 kills and 6 rounds", plan)
 	}
+	// The transaction coordinator's kill -9 is the first cluster round of
+	// every plan (its failover needs a copy still committing).
+	for seed := range uint64(50) {
+		for _, ev := range k.plan(rand.New(rand.NewPCG(seed, 2))) {
+			if ev != evKill {
+				if ev != evTxnCoordKill {
+					t.Fatalf("seed %d: the first cluster round is %s, want %s", seed, ev, evTxnCoordKill)
+				}
+				break
+			}
+		}
+	}
 	st := stats{kills: 2, cl: clusterStats{txnCoordKills: 1, leaderKills: 1, groupCoordKills: 1}}
 	if m := missedChaos(plan, st); len(m) != 1 || !strings.Contains(m[0], string(evRolling)) {
 		t.Errorf("missedChaos without the rolling restart: %v", m)
