@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
 )
@@ -18,8 +19,8 @@ import (
 // TestAlertMetricsFromStart: the counters an operator alerts on exist at 0
 // from the start (an alert on their increase would miss the first event of
 // a series that appears at 1), and the time of the last committed epoch is
-// a gauge (the output's start before the first commit), on the binary's
-// /metrics.
+// a gauge (the output's start before the first commit) that a commit moves
+// on, on the binary's /metrics.
 func TestAlertMetricsFromStart(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
 	require.NoError(t, err)
@@ -75,4 +76,27 @@ cache_resources:
 	v, err := strconv.ParseFloat(m[1], 64)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, int64(v), start-1, "the output's start, before the first commit")
+
+	// A record in a later second: its epoch's commit moves the gauge on.
+	for time.Now().Unix() <= int64(v) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	require.NoError(t, cl.ProduceSync(t.Context(), &kgo.Record{Topic: "in", Value: []byte("x")}).FirstErr())
+	kafkatest.Wait(t, time.Minute, func() bool {
+		res, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		m := regexp.MustCompile(`(?m)^kafka_eos_last_commit_timestamp_seconds\{[^}]*\} (\S+)$`).FindSubmatch(b)
+		if m == nil {
+			return false
+		}
+		after, err := strconv.ParseFloat(string(m[1]), 64)
+		return err == nil && after > v
+	})
 }

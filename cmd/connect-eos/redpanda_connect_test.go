@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
 )
@@ -171,4 +173,50 @@ cache_resources:
 		"--report", "orders_copy", conf)
 	require.Equal(t, 0, p.wait(t))
 	require.Contains(t, p.output(), "dev: records out (read_committed) in orders_copy: 3000, duplicates: 0, missing: 0")
+}
+
+// TestRackIDSentWithFetches: kafka_native's rack_id goes with every fetch
+// request (KIP-392's rack_id), which is what lets a broker with a rack-aware
+// replica selector send the fetches to a replica in that rack; without it
+// the fetches carry no rack and go to the leaders.
+func TestRackIDSentWithFetches(t *testing.T) {
+	for _, rack := range []string{"rack-a", ""} {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+		require.NoError(t, err)
+		t.Cleanup(cluster.Close)
+		fetched := make(chan string, 1)
+		cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			select {
+			case fetched <- req.(*kmsg.FetchRequest).Rack:
+			default:
+			}
+			return nil, nil, false
+		})
+		field := ""
+		if rack != "" {
+			field = "\n    rack_id: " + rack
+		}
+		sb := binaryEnvironment().NewStreamBuilder()
+		require.NoError(t, sb.SetLoggerYAML("level: none"))
+		require.NoError(t, sb.SetYAML(fmt.Sprintf(`
+input:
+  kafka_native:
+    seed_brokers: [ %q ]
+    topics: [ orders ]%s
+output:
+  drop: {}
+`, cluster.ListenAddrs()[0], field)))
+		stream, err := sb.Build()
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		go func() { _ = stream.Run(ctx) }()
+		select {
+		case got := <-fetched:
+			require.Equal(t, rack, got, "the rack of the first fetch request")
+		case <-ctx.Done():
+			t.Fatal("no fetch request within a minute")
+		}
+		require.NoError(t, stream.StopWithin(10*time.Second))
+		cancel()
+	}
 }
