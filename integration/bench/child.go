@@ -49,6 +49,9 @@ type result struct {
 	AllocsPerRecord float64 `json:"allocs_per_record,omitempty"`
 	Rate            float64 `json:"rate,omitempty"`
 	MBs             float64 `json:"mbs,omitempty"`
+	// LogBytes is the size of the topic's log on the broker after the
+	// run (compression rows; set by the parent).
+	LogBytes int64 `json:"log_bytes,omitempty"`
 	// EndedEarly: a time-bounded reader reached the end of its topic.
 	EndedEarly bool `json:"ended_early,omitempty"`
 }
@@ -175,7 +178,8 @@ func childRun(ctx context.Context, kind string, o options, topic string, size, r
 		"-p-batch-bytes", strconv.Itoa(o.pBatchBytes), "-p-linger", o.pLinger.String(),
 		"-p-compression", o.pCompress, "-p-nodelay="+strconv.FormatBool(o.pNoDelay),
 		"-p-max-records", strconv.Itoa(o.pMaxRecords), "-p-sticky-kib", strconv.Itoa(o.pStickyKiB),
-		"-copy-topic", o.copyTopic, "-child-cpuprofile", prof)
+		"-copy-topic", o.copyTopic, "-child-cpuprofile", prof,
+		"-compression", o.compression, "-payload", o.payload)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if len(o.childEnv) > 0 {

@@ -25,9 +25,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
 )
 
 // options are the flags of one invocation (the parent's and the child's).
@@ -77,6 +80,14 @@ type options struct {
 	pMaxRecords int
 	pStickyKiB  int
 
+	// compression is kafka_eos's compression in every pipeline row
+	// ("none" by default: the rows compare it with producers that do not
+	// compress), payload the values the pipelines send (payloadKinds).
+	compression, payload string
+	// codecs: run the compression rows (kafka_eos with each of these
+	// codecs, order events as values) instead of the other rows.
+	codecs []string
+
 	// saturation row
 	satBatch int
 	// childEnv is added to a child's environment (the saturation row's
@@ -123,6 +134,10 @@ func main() {
 	flag.BoolVar(&o.skipSat, "skip-saturation", false, "do not run the saturation (peak RSS vs max_buffered_bytes) row")
 	flag.StringVar(&o.brokerName, "broker-name", fmt.Sprintf("bench-%d", os.Getpid()), "up.sh --name of the broker this run starts (unique per run by default, so two runs on one machine never share or stop each other's broker)")
 	flag.IntVar(&o.maxInFlight, "max-in-flight", 0, "kafka_eos max_in_flight and the plain output's concurrency (0: the output's default)")
+	flag.StringVar(&o.compression, "compression", "none", "kafka_eos's compression in the pipeline rows: none, gzip, snappy, lz4, zstd")
+	flag.StringVar(&o.payload, "payload", "letters", "values of the pipeline rows: letters (one random upper-case value for every record) or json (distinct order events)")
+	var codecs string
+	flag.StringVar(&codecs, "codecs", "", "run only the compression rows: kafka_eos's produce row with each of these codecs (comma separated, e.g. none,snappy,lz4,zstd,gzip), json order events as values, and the bytes on the broker per record")
 	flag.IntVar(&o.satBatch, "sat-batch", 4096, "records per Benthos batch in the saturation row")
 	flag.IntVar(&o.pBatchBytes, "p-batch-bytes", 0, "probe/plain: kgo.ProducerBatchMaxBytes (0: 1 MiB, kafka_eos's max_message_bytes default)")
 	flag.DurationVar(&o.pLinger, "p-linger", 0, "probe/plain: kgo.ProducerLinger (0: none, kafka_eos's)")
@@ -151,6 +166,21 @@ func main() {
 	}
 	if o.intervals, err = parseDurations(intervals); err != nil {
 		fatalf("-intervals: %v", err)
+	}
+	if codecs != "" {
+		for _, c := range strings.Split(codecs, ",") {
+			c = strings.TrimSpace(c)
+			if !slices.Contains(kafkaconf.CompressionNames, c) {
+				fatalf("-codecs: %q is not one of %s", c, strings.Join(kafkaconf.CompressionNames, ", "))
+			}
+			o.codecs = append(o.codecs, c)
+		}
+	}
+	if !slices.Contains(kafkaconf.CompressionNames, o.compression) {
+		fatalf("-compression: %q is not one of %s", o.compression, strings.Join(kafkaconf.CompressionNames, ", "))
+	}
+	if !slices.Contains(payloadKinds, o.payload) {
+		fatalf("-payload: %q is not one of %s", o.payload, strings.Join(payloadKinds, ", "))
 	}
 	if only != "" {
 		o.only = map[string]bool{}

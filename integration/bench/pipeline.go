@@ -129,8 +129,9 @@ func (c *clock) maybeEndLocked() {
 type benchSource struct {
 	count, batch     int
 	warmup, duration time.Duration
-	value            []byte
-	fresh            bool // a copy of value per message
+	values           [][]byte // sent in turn (-payload)
+	next             int      // index of the next value
+	fresh            bool     // a copy of the value per message
 	clk              *clock
 
 	warmed   chan struct{}
@@ -143,7 +144,7 @@ func benchSourceSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Fields(service.NewIntField("count"), service.NewIntField("size"), service.NewIntField("batch"),
 			service.NewDurationField("warmup"), service.NewDurationField("duration"),
-			service.NewBoolField("fresh").Default(false))
+			service.NewBoolField("fresh").Default(false), service.NewStringField("payload").Default("letters"))
 }
 
 func newBenchSource(conf *service.ParsedConfig, clk *clock) (*benchSource, error) {
@@ -167,7 +168,13 @@ func newBenchSource(conf *service.ParsedConfig, clk *clock) (*benchSource, error
 	if s.fresh, err = conf.FieldBool("fresh"); err != nil {
 		return nil, err
 	}
-	s.value = payload(size)
+	kind, err := conf.FieldString("payload")
+	if err != nil {
+		return nil, err
+	}
+	if s.values, err = values(kind, size); err != nil {
+		return nil, err
+	}
 	s.w = window{warmup: s.warmup, duration: s.duration}
 	return s, nil
 }
@@ -180,7 +187,7 @@ func (s *benchSource) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 		s.clk.mu.Lock()
 		s.clk.total++
 		s.clk.mu.Unlock()
-		return service.MessageBatch{service.NewMessage(s.value)}, func(_ context.Context, err error) error {
+		return service.MessageBatch{service.NewMessage(s.values[0])}, func(_ context.Context, err error) error {
 			if err == nil {
 				close(s.warmed)
 			}
@@ -219,11 +226,14 @@ func (s *benchSource) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 	s.emitted += n
 	b := make(service.MessageBatch, n)
 	for i := range b {
-		if s.fresh {
-			b[i] = service.NewMessage(append([]byte(nil), s.value...))
-		} else {
-			b[i] = service.NewMessage(s.value)
+		v := s.values[s.next]
+		if s.next++; s.next == len(s.values) {
+			s.next = 0
 		}
+		if s.fresh {
+			v = append([]byte(nil), v...)
+		}
+		b[i] = service.NewMessage(v)
 	}
 	s.clk.mu.Lock()
 	s.clk.total += int64(n)
@@ -303,8 +313,8 @@ func (s *benchSink) Close(context.Context) error { return nil }
 
 // pipelineYAML is the stream config of one pipeline contender.
 func pipelineYAML(kind string, o options) (string, error) {
-	src := fmt.Sprintf("input:\n  bench_source: { count: %d, size: %d, batch: %d, warmup: %s, duration: %s, fresh: %t }\n",
-		o.records, o.size, o.batch, o.warmup, o.duration, o.fresh)
+	src := fmt.Sprintf("input:\n  bench_source: { count: %d, size: %d, batch: %d, warmup: %s, duration: %s, fresh: %t, payload: %s }\n",
+		o.records, o.size, o.batch, o.warmup, o.duration, o.fresh, o.payload)
 	inFlight := ""
 	if o.maxInFlight > 0 {
 		inFlight = fmt.Sprintf("    max_in_flight: %d\n", o.maxInFlight)
@@ -318,6 +328,7 @@ func pipelineYAML(kind string, o options) (string, error) {
     topic: %q
     transactional_id: %q
     state_cache: eos_state
+    compression: %s
     # Epochs close on the interval only, as ProducerPerformance's
     # --transaction-duration-ms does (the record and byte caps are off;
     # max_in_flight, default 64 batches, still closes an epoch early).
@@ -327,7 +338,7 @@ func pipelineYAML(kind string, o options) (string, error) {
     kafka_state:
       seed_brokers: [ %q ]
       topic: bench_eos_state
-`, o.brokers, o.topic, "bench-"+o.topic, o.interval, inFlight, o.brokers) + logger, nil
+`, o.brokers, o.topic, "bench-"+o.topic, o.compression, o.interval, inFlight, o.brokers) + logger, nil
 	case "plain":
 		return src + fmt.Sprintf(`output:
   bench_plain:
@@ -385,13 +396,14 @@ output:
     transactional_id: %[3]q
     consumer_group: %[3]q
     state_cache: eos_state
+    compression: %[9]s
     epoch: { interval: %[7]s, max_records: 0, max_bytes: 0 }
 %[8]scache_resources:
   - label: eos_state
     kafka_state:
       seed_brokers: [ %[1]q ]
       topic: bench_eos_state
-`, o.brokers, o.topic, group, format, o.copyTopic, out, o.interval, inFlight) + logger, nil
+`, o.brokers, o.topic, group, format, o.copyTopic, out, o.interval, inFlight, o.compression) + logger, nil
 	}
 	return "", fmt.Errorf("unknown pipeline %q", kind)
 }

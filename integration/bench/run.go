@@ -137,6 +137,25 @@ func run(ctx context.Context, o options) error {
 	b := &bench{o: o, adm: kadm.NewClient(cl), cl: cl, tmp: tmp, stamp: time.Now().Format("150405"), est: map[string]float64{}}
 
 	loads := startLoadSampler()
+	if len(o.codecs) > 0 {
+		cells, err := b.codecRows(ctx)
+		if err != nil {
+			return err
+		}
+		machine := describeMachine(ctx, root, kafka)
+		if l := loads.stop(); l != "" {
+			machine = append(machine, l)
+		}
+		md := codecMarkdown(o, cells, machine)
+		fmt.Println(md)
+		if o.out != "" {
+			if err := writeCodecBlock(o.out, md); err != nil {
+				return err
+			}
+			logf("wrote %s", o.out)
+		}
+		return nil
+	}
 	var produce, consume, copies []*cell
 	for _, size := range o.sizes {
 		for _, iv := range o.intervals {
