@@ -137,5 +137,8 @@ func (m *inputMetrics) publish(snapshots func() []snapshot) {
 			end = s.stop
 		}
 		m.lag.Set(max(end-s.position, 0), s.Topic, part)
+		// The data-loss counter of a partition exists at 0 once it is
+		// read, so that an alert on its increase sees the first loss.
+		m.lost.Incr(0, s.Topic, part)
 	}
 }

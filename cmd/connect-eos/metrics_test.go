@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"testing"
@@ -97,6 +98,41 @@ cache_resources:
 			return false
 		}
 		after, err := strconv.ParseFloat(string(m[1]), 64)
+		body = string(b)
 		return err == nil && after > v
 	})
+
+	// Every metric docs/operations.md names is served (the per-partition
+	// ones once the input publishes its partitions, every commit_period),
+	// and the data-loss counter is there at 0 before any loss.
+	doc, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, n := range regexp.MustCompile(`kafka_(?:eos|native)_[a-z_]+`).FindAllString(string(doc), -1) {
+		names[n] = true
+	}
+	require.NotEmpty(t, names)
+	var missing []string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		missing = nil
+		if res, err := http.Get("http://" + addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			body = string(b)
+		}
+		for n := range names {
+			if !regexp.MustCompile(`(?m)^` + n + `[{ ]`).MatchString(body) {
+				missing = append(missing, n)
+			}
+		}
+		if !regexp.MustCompile(`(?m)^kafka_native_data_loss_records\{[^}]*\} 0$`).MatchString(body) {
+			missing = append(missing, "kafka_native_data_loss_records at 0")
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not on /metrics: %v\n%s", missing, body)
+		}
+	}
 }
