@@ -387,6 +387,20 @@ func Draw(seed uint64) Plan {
 	if p.Mode != ModeDedupe && !(p.Mode.k2k() && p.Batching > 0) && r.IntN(3) == 0 {
 		p.Threads = pick(r, []int{2, 4})
 	}
+	// Now and then a SIGTERM at the very end of a bounded read, where the
+	// input's final commit runs (a stop then must still exit 0).
+	if p.Mode.kafkaInput() && !p.Mode.members() && r.IntN(6) == 0 {
+		p.Events = append(p.Events, Event{Kind: EvTerm, At: 0.9 + 0.1*r.Float64()})
+		slices.SortStableFunc(p.Events, func(a, b Event) int {
+			switch {
+			case a.At < b.At:
+				return -1
+			case a.At > b.At:
+				return 1
+			}
+			return 0
+		})
+	}
 	return p
 }
 
