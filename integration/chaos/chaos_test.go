@@ -273,7 +273,8 @@ const (
 // have little left, and a long round there would let the copy reach the
 // tail's gate first (the rounds then still land, on a copy waiting for the
 // tail, with nothing in flight); a transaction coordinator's kill -9 is the
-// first of them.
+// first of them. In the cluster variant each SIGKILL follows one of the
+// cluster rounds (see below).
 func (k knobs) plan(rng *rand.Rand) []event {
 	var special []event
 	for range k.sigterms {
@@ -296,13 +297,32 @@ func (k knobs) plan(rng *rand.Rand) []event {
 	}
 	total := len(special) + k.kills
 	evs := make([]event, total)
+	if len(k.cluster.events()) > 0 {
+		// The cluster variant: its rounds take 15 s to 2 min each (a
+		// node's restart, every replica back in sync), so SIGKILLs after
+		// all of them would land on a copy waiting at the tail's gate.
+		// Each SIGKILL follows one of them instead, at random.
+		after := make([]int, len(special)) // SIGKILLs right after special[i]
+		for range k.kills {
+			after[rng.IntN(len(special))]++
+		}
+		evs = evs[:0]
+		for i, ev := range special {
+			evs = append(evs, ev)
+			for range after[i] {
+				evs = append(evs, evKill)
+			}
+		}
+	}
 	// Positions for the special rounds among the first two thirds (or
 	// wherever they fit).
-	room := max(len(special), (2*total+2)/3)
-	pos := rng.Perm(room)[:len(special)]
-	slices.Sort(pos)
-	for i, p := range pos {
-		evs[p] = special[i]
+	if len(k.cluster.events()) == 0 {
+		room := max(len(special), (2*total+2)/3)
+		pos := rng.Perm(room)[:len(special)]
+		slices.Sort(pos)
+		for i, p := range pos {
+			evs[p] = special[i]
+		}
 	}
 	n := 0
 	for i := range evs {
