@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -246,4 +247,55 @@ func testHostileRecordsCopy(t *testing.T, e k2kTopics, txnID, route string) {
 		t.Fatalf("dead letters: too large %v, bad partition %v; want one each, named by their partition and offset (all: %d files)", big, badpart, len(files))
 	}
 	waitLag0(t, e, 30*time.Second)
+}
+
+// Two messages that cannot be written in one input batch, under output
+// batching, with the route that dead-letters only the message its error
+// names: Benthos gives both the first one's error, so the route takes the
+// first and rejects the second, which comes back. That is not a message no
+// route took (its own error was never shown): it is reported again, with
+// its own error, and the route takes it. Before, it stopped the pipeline as
+// "sent back".
+func TestTwoUnwritableInOneInputBatch(t *testing.T) {
+	fc, restore := catchFatal()
+	defer restore()
+	c := newK2KCluster(t)
+	e := k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.in), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Partition: int32(i % 3), Key: []byte(fmt.Sprint(i)), Value: []byte(fmt.Sprintf("v-%d", i))})
+		if i == 30 {
+			// One input batch (max_batch_records 5): v-30, big B, big C, ...
+			recs = append(recs,
+				&kgo.Record{Partition: 0, Key: []byte("big"), Value: bytes.Repeat([]byte("B"), 6000)},
+				&kgo.Record{Partition: 0, Key: []byte("big"), Value: bytes.Repeat([]byte("C"), 6000)})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	dir := t.TempDir()
+	runStream(t, hostileCopyYAML(e, "two-unwritable", dir, ownErrorRoute), 60*time.Second)
+	if err := fc.err(); err != nil {
+		t.Fatalf("stopped: %v", err)
+	}
+	checkCopyOf(t, e, n, func(int) bool { return true })
+	files, _ := filepath.Glob(filepath.Join(dir, "*.msg"))
+	var got []string
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		got = append(got, string(b[:1]))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"B", "C"}) {
+		t.Fatalf("dead letters %v (files %v), want the two too large", got, files)
+	}
 }

@@ -355,7 +355,8 @@ func (p *poisons) reports(id uint64) int {
 // sentBack returns the error to stop the output with if a message of w that
 // cannot be written was reported to Benthos with its own error before: it was
 // sent back (nacked and replayed: no route took it), and replaying it again
-// cannot help. Checked before anything of w is written, so that a replay of
+// cannot help. (A message reported behind an earlier failed one of its input
+// batch is not counted: see result.) Checked before anything of w is written, so that a replay of
 // its batch-mates (Benthos replays a whole input batch under output
 // batching) is never written twice.
 func (o *output) sentBack(w *write) error {
@@ -419,13 +420,30 @@ func (o *output) result(w *write, err error) error {
 		o.poison.wrote(ids)
 	}
 	var headline error
+	// The spans (input batches) whose first failed message was seen: under
+	// output batching Benthos gives every message of an input batch that
+	// one's error, so a later one of the same input batch may be sent back
+	// by a route that keeps only the message its error names. Its own error
+	// was never shown: it is not counted as reported, and is reported again
+	// when it comes back (at most once more per earlier failed message).
+	var shown map[handover.Span]bool
 	for i := range w.batch {
 		e, ok := w.failed[i]
 		if !ok {
 			continue
 		}
+		shadowed := false
+		if s, ok := handover.SpanOf(w.batch[i]); ok {
+			if shown == nil {
+				shown = map[handover.Span]bool{}
+			}
+			shadowed = shown[s]
+			shown[s] = true
+		}
 		if errors.Is(e, ErrCannotWrite) {
-			o.poison.report(o.poison.id(w.batch[i]))
+			if !shadowed {
+				o.poison.report(o.poison.id(w.batch[i]))
+			}
 			o.m.tally.add("message_cannot_be_written", 1)
 			o.log.Errorf("%v", e)
 		}
