@@ -23,6 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
@@ -432,6 +433,50 @@ output:
 	require.Len(t, scanLines(out, "grace_period 1s"), 2, "the fatal error once in the log and once in the exit line")
 	require.Len(t, scanLines(out, "connect-eos: exit code 3 after a fatal error: "), 1)
 	require.Empty(t, scanLines(out, "Received SIGTERM"))
+}
+
+// TestFatalErrorLoggedOnceInAGroup: the same with a group member reading
+// (group_membership) when the output stops the pipeline: the member leaves
+// its group as on any stop, and no "Lost ... nothing committed" line makes
+// the stop look like a lost session.
+func TestFatalErrorLoggedOnceInAGroup(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.DefaultProduceTopic("in"))
+	require.NoError(t, err)
+	defer cl.Close()
+	for i := range 20 {
+		require.NoError(t, cl.ProduceSync(t.Context(), &kgo.Record{Value: fmt.Appendf(nil, "v%d", i)}).FirstErr())
+	}
+	p := startBin(t, "run", writeConfig(t, fmt.Sprintf(`
+http:
+  enabled: false
+input:
+  kafka_native:
+    seed_brokers: [ %[1]q ]
+    topics: [ in ]
+    consumer_group: g
+    group_membership: true
+    start_offset: committed
+    reset_offset: earliest
+output:
+  kafka_eos:
+    seed_brokers: [ %[1]q ]
+    topic: no_such_topic
+    transactional_id: fatal-group
+    state_cache: state
+    unknown_topic_grace_period: 2s
+cache_resources:
+  - label: state
+    memory: {}
+`, cluster.ListenAddrs()[0])))
+	require.Equal(t, ExitFatal, p.wait(t))
+	out := p.output()
+	require.Len(t, scanLines(out, "connect-eos: exit code 3 after a fatal error: "), 1)
+	require.Len(t, scanLines(out, "unknown_topic_grace_period 2s"), 2, "the fatal error once in the log and once in the exit line")
+	require.Empty(t, scanLines(out, "Received SIGTERM"))
+	require.Empty(t, scanLines(out, "nothing committed for them"))
 }
 
 // TestSigtermStillLogged: a SIGTERM from outside is still reported.
