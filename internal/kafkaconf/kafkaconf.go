@@ -78,7 +78,7 @@ func Fields() []*service.ConfigField {
 			Advanced(),
 		service.NewTLSToggledField(FieldTLS),
 		service.NewDurationField(FieldMetadataMaxAge).
-			Description("How old the client's cached metadata (partitions, leaders) may get before it is refreshed. Default 5m, as Redpanda Connect's and the Java client's.").
+			Description("How old the client's cached metadata (partitions, leaders) may get before it is refreshed. Default 5m, the Java client's (Redpanda Connect's kafka_franz and redpanda components use 1m).").
 			Default("5m").
 			Advanced(),
 		service.NewObjectField(FieldSASL,
