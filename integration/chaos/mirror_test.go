@@ -28,10 +28,14 @@ import (
 // offsets, and the group's offsets on the source (committed after the fact)
 // too.
 //
-// On demand (CHAOS_MIRROR=1), at the scale of the knobs; the run:
+// On demand (CHAOS_MIRROR=1), at the scale of the knobs; the large run of
+// docs/evidence.md, one transaction version at a time (the rate and a step of
+// a tenth pace the copy so that every round lands while it runs, not at the
+// gate):
 //
-//	CHAOS_MIRROR=1 CHAOS_RECORDS=1000000 CHAOS_KILLS=10 CHAOS_BROKER_RESTARTS=4 CHAOS_RATE=0 \
-//	  go test ./integration/chaos -run TestChaosMirror -v -timeout 180m
+//	CHAOS_MIRROR=1 CHAOS_TVS=0 CHAOS_RECORDS=1000000 CHAOS_KILLS=10 CHAOS_BROKER_RESTARTS=4 \
+//	  CHAOS_RATE=2000 CHAOS_STEP=0.1 CHAOS_TIMEOUT=80m \
+//	  go test ./integration/chaos -run TestChaosMirror -v -timeout 100m
 func TestChaosMirror(t *testing.T) {
 	if testing.Short() || os.Getenv("CHAOS_MIRROR") != "1" {
 		t.Skip("the mirror chaos runs are on demand: CHAOS_MIRROR=1")
