@@ -14,6 +14,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/connect-eos/connect-eos/handover"
@@ -803,7 +804,13 @@ func (m *k2kMode) connect(ctx context.Context) error { return m.o.loadCommitted(
 // to a dead-letter output with it, since Benthos reports errors per input
 // batch under output batching); the message itself is never acknowledged,
 // so that a dead-letter output takes it (see ErrCannotWrite).
+//
+// The records are put in source order: per source partition by span, each
+// input batch's in its own order. A batch that merges input batches (output
+// batching) holds them in the order Benthos merged them, which after a nack
+// is the order its retry list replays them in, not theirs.
 func (m *k2kMode) read(w *write) {
+	sorted := true
 	for i, msg := range w.batch {
 		if w.done[i] {
 			continue // committed already, with its span
@@ -812,11 +819,45 @@ func (m *k2kMode) read(w *write) {
 		if !ok {
 			continue
 		}
-		if n := len(w.spans); n > 0 && w.spans[n-1] == s {
+		n := len(w.spans)
+		if n > 0 && w.spans[n-1] == s {
 			continue
+		}
+		for _, e := range slices.Backward(w.spans) {
+			if e.Partition == s.Partition && e.Topic == s.Topic {
+				sorted = sorted && e.From <= s.From
+				break
+			}
 		}
 		w.spans = append(w.spans, s)
 	}
+	if !sorted {
+		sortBySource(w)
+	}
+}
+
+// sortBySource reorders w's records (a stable sort: each input batch's stay
+// in their order) by source partition (records of messages without a span
+// first), and within one by span.
+func sortBySource(w *write) {
+	spanOf := make([]handover.Span, len(w.batch))
+	for i, msg := range w.batch {
+		spanOf[i], _ = handover.SpanOf(msg)
+	}
+	idx := make([]int, len(w.recs))
+	for j := range idx {
+		idx[j] = j
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		sa, sb := spanOf[w.msgOf[a]], spanOf[w.msgOf[b]]
+		return cmp.Or(cmp.Compare(sa.Topic, sb.Topic), cmp.Compare(sa.Partition, sb.Partition), cmp.Compare(sa.From, sb.From))
+	})
+	recs := make([]*kgo.Record, len(idx))
+	msgOf := make([]int, len(idx))
+	for j, k := range idx {
+		recs[j], msgOf[j] = w.recs[k], w.msgOf[k]
+	}
+	w.recs, w.msgOf = recs, msgOf
 }
 
 func (m *k2kMode) skip(*write) (bool, error) { return false, nil }
