@@ -146,7 +146,8 @@ func TestK2KOutputBatching(t *testing.T) {
 // says: the input's batches reach the batcher in order and the same copy as
 // TestK2KOutputBatching finishes on four threads. (With a processor on
 // several threads the batches reach the batcher out of order, the copy
-// stalls, and connect-eos refuses such a config: docs/exactly-once.md.)
+// crawls through replays, and connect-eos refuses such a config:
+// docs/exactly-once.md.)
 func TestK2KOutputBatchingNoProcessors(t *testing.T) {
 	c := newK2KCluster(t)
 	e := k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}

@@ -388,37 +388,77 @@ func (k *k2k) resetAdmitted() {
 // batching puts consecutive input batches of a partition in one batch), and
 // admits them if so. A partition with nothing known admits anything (see
 // plan).
-func (k *k2k) admissible(spans []handover.Span, force bool) (bool, <-chan struct{}) {
+func (k *k2k) admissible(spans []handover.Span) (bool, <-chan struct{}) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if !force {
-		sorted := slices.Clone(spans)
-		slices.SortFunc(sorted, func(a, b handover.Span) int { return cmp.Compare(a.From, b.From) })
-		reach := map[topicPartition]int64{}
-		for _, s := range sorted {
-			tp := topicPartition{s.Topic, s.Partition}
-			r, ok := reach[tp]
-			if !ok {
-				c, known := k.committed[tp]
-				f, fok := k.floor[tp]
-				b, bok := k.base[tp]
-				if !known && !fok && !bok {
-					continue
-				}
-				r = max(c, f, b, k.admitted[tp])
-			}
-			if s.From > r {
-				return false, k.changed
-			}
-			reach[tp] = max(r, s.To)
+	for _, ok := range k.reachLocked(spans) {
+		if !ok {
+			return false, k.changed
 		}
 	}
+	k.admitLocked(spans)
+	return true, k.changed
+}
+
+// reachable reports, per span, whether it starts at or below where its
+// partition's run reaches with the batch's own earlier spans (admissible):
+// a span past a gap is not, nor is any later one of its partition. It admits
+// nothing.
+func (k *k2k) reachable(spans []handover.Span) []bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.reachLocked(spans)
+}
+
+func (k *k2k) reachLocked(spans []handover.Span) []bool {
+	ok := make([]bool, len(spans))
+	order := make([]int, len(spans))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(spans[a].From, spans[b].From) })
+	reach := map[topicPartition]int64{}
+	blocked := map[topicPartition]bool{}
+	for _, i := range order {
+		s := spans[i]
+		tp := topicPartition{s.Topic, s.Partition}
+		if blocked[tp] {
+			continue
+		}
+		r, seen := reach[tp]
+		if !seen {
+			c, known := k.committed[tp]
+			f, fok := k.floor[tp]
+			b, bok := k.base[tp]
+			if !known && !fok && !bok {
+				ok[i] = true
+				continue
+			}
+			r = max(c, f, b, k.admitted[tp])
+		}
+		if s.From > r {
+			blocked[tp] = true
+			continue
+		}
+		ok[i] = true
+		reach[tp] = max(r, s.To)
+	}
+	return ok
+}
+
+// admit records spans as admitted into a live epoch.
+func (k *k2k) admit(spans []handover.Span) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.admitLocked(spans)
+}
+
+func (k *k2k) admitLocked(spans []handover.Span) {
 	for _, s := range spans {
 		tp := topicPartition{s.Topic, s.Partition}
 		k.admitted[tp] = max(k.admitted[tp], s.To)
 	}
 	k.signalLocked()
-	return true, k.changed
 }
 
 // dropStaleLocked decides for a batch whose spans were read under an
@@ -457,15 +497,19 @@ func (o *output) dropStaleLocked(spans []handover.Span) (bool, error) {
 const admitWait = 5 * time.Second
 
 // admitWaitFull is the wait instead of admitWait when every other batch
-// Benthos may have in flight (max_in_flight) already waits.
+// Benthos may have in flight (max_in_flight) already waits; with
+// max_in_flight 1 always: no other batch can bring the predecessor then,
+// only a hand-over of positions (a range filtered out upstream) can.
 const admitWaitFull = time.Second
 
 // ErrOutOfOrder is wrapped by the error of a batch that waited admitWait for
-// the batch before it in its partition: it is nacked, not written, so that
-// Benthos replays it after its predecessor (its retry queue is in nack
-// order). Joining out of order instead would break per-partition order and
-// let an epoch commit records past the offsets it commits (a crash then
-// copies them again): both were seen in the chaos suite.
+// the batch before it in its partition, or of the messages of a batch that
+// lie past a gap its other messages do not fill (admitLocked): they are
+// nacked, not written, so that Benthos replays them after their predecessor
+// (its retry queue is in nack order). Joining out of order
+// instead would break per-partition order and let an epoch commit records
+// past the offsets it commits (a crash then copies them again): both were
+// seen in the chaos suite.
 var ErrOutOfOrder = errors.New("kafka_eos: batch ahead of its partition's committed run")
 
 // admitLocked makes a batch whose ranges are ahead of their partition's run
@@ -473,22 +517,39 @@ var ErrOutOfOrder = errors.New("kafka_eos: batch ahead of its partition's commit
 // them) wait until its predecessor joined an epoch, was handed over, or
 // committed, so that an epoch never commits records past the offsets it
 // commits. After admitWait the batch is nacked with ErrOutOfOrder (counted
-// and logged). Called with o.mu held, after joinLocked; it returns the epoch
-// to join (the open one may have changed while it waited).
-func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epoch) (*epoch, error) {
+// and logged). A batch of which some spans continue their partition's run
+// and others lie past a gap (output batching merges input batches) does not
+// wait: those join, the others are nacked (the mask says which spans may
+// join; they are not admitted yet: see k2kMode.admit). Called with o.mu
+// held, after joinLocked; it returns the epoch to join (the open one may
+// have changed while it waited), and a nil mask when every span joins.
+func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epoch) (*epoch, []bool, error) {
 	var (
 		deadline <-chan time.Time
 		waited   time.Duration
 	)
 	for {
-		ok, ch := o.k2k.admissible(spans, false)
+		ok, ch := o.k2k.admissible(spans)
 		if ok {
-			return ep, nil
+			return ep, nil, nil
+		}
+		if mask := o.k2k.reachable(spans); slices.Contains(mask, true) {
+			// Some of its input batches continue their partitions'
+			// runs, others lie past a gap (output batching merges
+			// what Benthos replays one by one with what it read
+			// meanwhile). Waiting helps nobody: the batches that
+			// would fill the gap may continue the ones this batch
+			// holds, which join only once it does (and with
+			// max_in_flight 1 they cannot even reach the output
+			// while it waits). What continues its run joins now;
+			// the rest is nacked, to come back after the gap.
+			o.m.k2kOutOfOrder()
+			o.log.Debugf("kafka_eos: group %s: a batch holds input batches past a gap in their partition: those are nacked, to be replayed after the batches before them; the others are written", o.k2k.group)
+			return ep, mask, nil
 		}
 		if deadline == nil {
-
 			wait := admitWait
-			if o.conf.maxInFlight > 1 && o.admitWaiting+1 >= o.conf.maxInFlight {
+			if o.admitWaiting+1 >= o.conf.maxInFlight {
 				// Every other WriteBatch Benthos may run at once
 				// already waits: the predecessor may be queued
 				// behind us (seen on a loaded machine with two
@@ -519,21 +580,25 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 			forced = true
 		case <-ctx.Done():
 			o.mu.Lock()
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-o.closedCh:
 		}
 		o.mu.Lock()
 		var err error
 		if ep, err = o.joinLocked(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if forced {
-			if ok, _ := o.k2k.admissible(spans, false); ok {
-				return ep, nil
+			if ok, _ := o.k2k.admissible(spans); ok {
+				return ep, nil, nil
+			}
+			if mask := o.k2k.reachable(spans); slices.Contains(mask, true) {
+				o.m.k2kOutOfOrder()
+				return ep, mask, nil // partly admissible now: see above
 			}
 			o.m.k2kOutOfOrder()
 			o.log.Warnf("kafka_eos: group %s: a batch waited %v for the batch before it; nacked so that it is replayed after it", o.k2k.group, waited)
-			return nil, fmt.Errorf("%w: waited %v for the batch before it, nacked to be replayed after it", ErrOutOfOrder, waited)
+			return nil, nil, fmt.Errorf("%w: waited %v for the batch before it, nacked to be replayed after it", ErrOutOfOrder, waited)
 		}
 	}
 }
@@ -864,7 +929,10 @@ func (m *k2kMode) skip(*write) (bool, error) { return false, nil }
 
 // admit drops a batch read under an assignment this member no longer holds
 // (dropStaleLocked) and makes a batch ahead of its partition's run wait for
-// its predecessor (admitLocked).
+// its predecessor (admitLocked). When only some of the batch's spans may
+// join, the messages of the others fail with ErrOutOfOrder (nacked: an input
+// batch is one span, so each is written or nacked whole) and their spans are
+// neither admitted nor committed.
 func (m *k2kMode) admit(ctx context.Context, w *write, ep *epoch) (*epoch, error) {
 	o := m.o
 	if len(w.spans) == 0 {
@@ -873,7 +941,7 @@ func (m *k2kMode) admit(ctx context.Context, w *write, ep *epoch) (*epoch, error
 	if drop, err := o.dropStaleLocked(w.spans); drop || err != nil {
 		return nil, err
 	}
-	ep, err := o.admitLocked(ctx, w.spans, ep)
+	ep, mask, err := o.admitLocked(ctx, w.spans, ep)
 	if err != nil {
 		return nil, err
 	}
@@ -882,7 +950,36 @@ func (m *k2kMode) admit(ctx context.Context, w *write, ep *epoch) (*epoch, error
 	if drop, err := o.dropStaleLocked(w.spans); drop || err != nil {
 		return nil, err
 	}
+	if mask != nil {
+		m.joinPart(w, mask)
+	}
 	return ep, nil
+}
+
+// joinPart keeps of w the spans mask admits (and admits them) and fails the
+// messages of the others with ErrOutOfOrder. With no record left (the
+// admitted spans' messages all unwritable) nothing is admitted: the batch
+// does not join, as a batch of unwritable messages never does.
+func (m *k2kMode) joinPart(w *write, mask []bool) {
+	nacked := map[handover.Span]bool{}
+	var keep []handover.Span
+	for i, s := range w.spans {
+		if mask[i] {
+			keep = append(keep, s)
+		} else {
+			nacked[s] = true
+		}
+	}
+	for i, msg := range w.batch {
+		if s, ok := handover.SpanOf(msg); ok && nacked[s] {
+			w.fail(i, fmt.Errorf("%w: %s/%d [%d, %d) lies past a range not written yet, nacked to be replayed after it", ErrOutOfOrder, s.Topic, s.Partition, s.From, s.To))
+		}
+	}
+	w.dropRecords(nil)
+	w.spans = keep
+	if len(w.recs) > 0 {
+		m.k.admit(keep)
+	}
 }
 
 func (m *k2kMode) refused(*write, error) {}

@@ -2,12 +2,69 @@ package output
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 )
+
+// A batch that merges input batches of one partition around a gap (output
+// batching: Benthos replays nacked input batches one by one, and the batcher
+// merges them with what it read meanwhile) waits for the missing batch, and
+// when it does not come writes the input batches that continue the
+// partition's run and nacks only the ones past the gap. Nacking it whole
+// instead stalled a copy with max_in_flight 1 for good: the replays came back
+// merged the same way, around the same gap, every time.
+func TestK2KBatchAroundAGapWritesWhatContinuesTheRun(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	o := newTestOutput(t, newResources(), baseYAML(brokers, "k2k-gap", "consumer_group: "+k2kGroup+"\nmax_in_flight: 1\npartitioner: manual\npartition: '0'\n"))
+	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := o.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// [20, 30) first, then [0, 10): [10, 20) is missing.
+	merged := append(spanBatch("z", 0, 20, 30, 1), spanBatch("x", 0, 0, 10, 2)...)
+	err := o.WriteBatch(ctx, merged)
+	var be *service.BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("WriteBatch returned %v, want a BatchError failing the batch past the gap only", err)
+	}
+	var failed []int
+	be.WalkMessages(func(i int, _ *service.Message, err error) bool {
+		if err != nil {
+			if !errors.Is(err, ErrOutOfOrder) {
+				t.Errorf("message %d: %v, want ErrOutOfOrder", i, err)
+			}
+			failed = append(failed, i)
+		}
+		return true
+	})
+	if !slices.Equal(failed, []int{0}) {
+		t.Fatalf("failed messages %v, want [0] (the batch past the gap)", failed)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 10 {
+		t.Fatalf("committed %v, want 0:10 (the run up to the gap)", got)
+	}
+	// The missing batch and the replay of the nacked one follow.
+	if err := o.WriteBatch(ctx, spanBatch("y", 0, 10, 20, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.WriteBatch(ctx, spanBatch("z", 0, 20, 30, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 30 {
+		t.Fatalf("committed %v, want 0:30", got)
+	}
+	want := []string{"x-0", "x-1", "y-0", "z-0"}
+	if got := readCommitted(t, brokers, testTopic); !slices.Equal(got, want) {
+		t.Fatalf("output %v, want %v", got, want)
+	}
+}
 
 // A batch that merges input batches of one partition out of their order
 // (output batching merges replays in the order Benthos retries them) is
