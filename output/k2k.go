@@ -56,7 +56,12 @@ type k2k struct {
 	// admitted is, per partition, the end of the ranges that joined an
 	// epoch not aborted (admitLocked).
 	admitted map[topicPartition]int64
-	changed  chan struct{} // closed and replaced when committed moves
+	// nacked holds, per partition, where the spans this output nacked
+	// (refused, aborted with their epoch, or past a gap) start, until a
+	// batch reaching past them is admitted: Benthos replays them, after
+	// what it already holds.
+	nacked  map[topicPartition]map[int64]bool
+	changed chan struct{} // closed and replaced when committed moves
 	// member is the input's group state when it reads with
 	// group_membership (nil otherwise): offsets are then committed only
 	// for partitions this member owns, under the assignment their records
@@ -74,7 +79,7 @@ type k2k struct {
 }
 
 func newK2K(group string) *k2k {
-	return &k2k{group: group, topicIDs: map[string][16]byte{}, admitted: map[topicPartition]int64{}, committed: map[topicPartition]int64{}, floor: map[topicPartition]int64{}, base: map[topicPartition]int64{}, changed: make(chan struct{})}
+	return &k2k{group: group, topicIDs: map[string][16]byte{}, admitted: map[topicPartition]int64{}, nacked: map[topicPartition]map[int64]bool{}, committed: map[topicPartition]int64{}, floor: map[topicPartition]int64{}, base: map[topicPartition]int64{}, changed: make(chan struct{})}
 }
 
 // plannedOffsets is what one epoch commits: the offsets, and per offset the
@@ -324,6 +329,7 @@ func (k *k2k) forget(parts map[string][]int32) {
 			delete(k.floor, tp)
 			delete(k.base, tp)
 			delete(k.admitted, tp)
+			delete(k.nacked, tp)
 			delete(k.committed, tp)
 		}
 	}
@@ -391,10 +397,8 @@ func (k *k2k) resetAdmitted() {
 func (k *k2k) admissible(spans []handover.Span) (bool, <-chan struct{}) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, ok := range k.reachLocked(spans) {
-		if !ok {
-			return false, k.changed
-		}
+	if _, blocked := k.reachLocked(spans); len(blocked) > 0 {
+		return false, k.changed
 	}
 	k.admitLocked(spans)
 	return true, k.changed
@@ -403,14 +407,24 @@ func (k *k2k) admissible(spans []handover.Span) (bool, <-chan struct{}) {
 // reachable reports, per span, whether it starts at or below where its
 // partition's run reaches with the batch's own earlier spans (admissible):
 // a span past a gap is not, nor is any later one of its partition. It admits
-// nothing.
-func (k *k2k) reachable(spans []handover.Span) []bool {
+// nothing. queued reports whether every gap the batch waits on starts where
+// a span this output nacked starts: Benthos replays that span after the
+// batches it already holds, so with none of those able to reach the output
+// meanwhile, waiting for it cannot help.
+func (k *k2k) reachable(spans []handover.Span) (ok []bool, queued bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.reachLocked(spans)
+	ok, blocked := k.reachLocked(spans)
+	queued = len(blocked) > 0
+	for tp, r := range blocked {
+		queued = queued && k.nacked[tp][r]
+	}
+	return ok, queued
 }
 
-func (k *k2k) reachLocked(spans []handover.Span) []bool {
+// reachLocked returns reachable's answer per span, and where the run of each
+// partition with a span past a gap ends (the gap's start).
+func (k *k2k) reachLocked(spans []handover.Span) ([]bool, map[topicPartition]int64) {
 	ok := make([]bool, len(spans))
 	order := make([]int, len(spans))
 	for i := range order {
@@ -418,11 +432,11 @@ func (k *k2k) reachLocked(spans []handover.Span) []bool {
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(spans[a].From, spans[b].From) })
 	reach := map[topicPartition]int64{}
-	blocked := map[topicPartition]bool{}
+	var blocked map[topicPartition]int64
 	for _, i := range order {
 		s := spans[i]
 		tp := topicPartition{s.Topic, s.Partition}
-		if blocked[tp] {
+		if _, past := blocked[tp]; past {
 			continue
 		}
 		r, seen := reach[tp]
@@ -437,13 +451,16 @@ func (k *k2k) reachLocked(spans []handover.Span) []bool {
 			r = max(c, f, b, k.admitted[tp])
 		}
 		if s.From > r {
-			blocked[tp] = true
+			if blocked == nil {
+				blocked = map[topicPartition]int64{}
+			}
+			blocked[tp] = r
 			continue
 		}
 		ok[i] = true
 		reach[tp] = max(r, s.To)
 	}
-	return ok
+	return ok, blocked
 }
 
 // admit records spans as admitted into a live epoch.
@@ -457,6 +474,28 @@ func (k *k2k) admitLocked(spans []handover.Span) {
 	for _, s := range spans {
 		tp := topicPartition{s.Topic, s.Partition}
 		k.admitted[tp] = max(k.admitted[tp], s.To)
+		for from := range k.nacked[tp] {
+			if from < s.To {
+				delete(k.nacked[tp], from)
+			}
+		}
+	}
+	k.signalLocked()
+}
+
+// nack records spans as nacked (see k2k.nacked).
+func (k *k2k) nack(spans []handover.Span) {
+	if len(spans) == 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, s := range spans {
+		tp := topicPartition{s.Topic, s.Partition}
+		if k.nacked[tp] == nil {
+			k.nacked[tp] = map[int64]bool{}
+		}
+		k.nacked[tp][s.From] = true
 	}
 	k.signalLocked()
 }
@@ -533,7 +572,8 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 		if ok {
 			return ep, nil, nil
 		}
-		if mask := o.k2k.reachable(spans); slices.Contains(mask, true) {
+		mask, queued := o.k2k.reachable(spans)
+		if slices.Contains(mask, true) {
 			// Some of its input batches continue their partitions'
 			// runs, others lie past a gap (output batching merges
 			// what Benthos replays one by one with what it read
@@ -547,9 +587,25 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 			o.log.Debugf("kafka_eos: group %s: a batch holds input batches past a gap in their partition: those are nacked, to be replayed after the batches before them; the others are written", o.k2k.group)
 			return ep, mask, nil
 		}
+		others := o.admitWaiting // the other batches that wait
+		if deadline != nil {
+			others--
+		}
+		if queued && others+1 >= o.conf.maxInFlight {
+			// Every gap starts at a batch this output nacked, which
+			// Benthos replays after what it already holds, and every
+			// other WriteBatch it may run at once waits too: nothing
+			// can fill the gap before this batch returns (after an
+			// aborted epoch with max_in_flight 1, a wait for each
+			// batch read meanwhile made the copy crawl). Not a
+			// storm: the replay comes, and with it the run moves.
+			o.m.k2kOutOfOrder()
+			o.log.Debugf("kafka_eos: group %s: a batch lies past a batch the output nacked and Benthos replays after it: nacked at once", o.k2k.group)
+			return nil, nil, fmt.Errorf("%w: the batch before it was nacked and is replayed after it, nacked to be replayed after that one", ErrOutOfOrder)
+		}
 		if deadline == nil {
 			wait := admitWait
-			if o.admitWaiting+1 >= o.conf.maxInFlight {
+			if others+1 >= o.conf.maxInFlight {
 				// Every other WriteBatch Benthos may run at once
 				// already waits: the predecessor may be queued
 				// behind us (seen on a loaded machine with two
@@ -592,11 +648,10 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 			if ok, _ := o.k2k.admissible(spans); ok {
 				return ep, nil, nil
 			}
-			if mask := o.k2k.reachable(spans); slices.Contains(mask, true) {
-				o.m.k2kOutOfOrder()
+			o.m.k2kOutOfOrder()
+			if mask, _ := o.k2k.reachable(spans); slices.Contains(mask, true) {
 				return ep, mask, nil // partly admissible now: see above
 			}
-			o.m.k2kOutOfOrder()
 			o.log.Warnf("kafka_eos: group %s: a batch waited %v for the batch before it; nacked so that it is replayed after it", o.k2k.group, waited)
 			return nil, nil, fmt.Errorf("%w: waited %v for the batch before it, nacked to be replayed after it", ErrOutOfOrder, waited)
 		}
@@ -617,6 +672,7 @@ func (k *k2k) startAt(starts map[string]map[int32]int64) {
 			// batches.
 			delete(k.admitted, tp)
 			delete(k.floor, tp)
+			delete(k.nacked, tp)
 		}
 	}
 	k.signalLocked()
@@ -980,9 +1036,11 @@ func (m *k2kMode) joinPart(w *write, mask []bool) {
 	if len(w.recs) > 0 {
 		m.k.admit(keep)
 	}
+	m.k.nack(slices.Collect(maps.Keys(nacked)))
 }
 
-func (m *k2kMode) refused(*write, error) {}
+// refused: the batch is nacked whole; Benthos replays it.
+func (m *k2kMode) refused(w *write, _ error) { m.k.nack(w.spans) }
 
 // prepare plans the source offsets the epoch commits and sends them into its
 // transaction (AddOffsetsToTxn, TxnOffsetCommit): step 2 of the commit
@@ -1027,7 +1085,8 @@ func (m *k2kMode) settled(context.Context, txnstate.Record) bool { return true }
 // be replayed, and nothing may join past them.
 func (m *k2kMode) aborting(uint64, []*epoch) { m.k.resetAdmitted() }
 
-func (m *k2kMode) nacked(*epoch) {}
+// nacked: the aborted epoch's batches are replayed.
+func (m *k2kMode) nacked(ep *epoch) { m.k.nack(ep.spans()) }
 
 func (m *k2kMode) stopped([]*epoch) {}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,5 +101,45 @@ func TestK2KMergedBatchWrittenInSourceOrder(t *testing.T) {
 	}
 	if want := []string{"a-0", "a-1", "b-0", "b-1", "c-0"}; !slices.Equal(p0, want) {
 		t.Fatalf("source partition 0 copied as %v, want %v", p0, want)
+	}
+}
+
+// With max_in_flight 1, a batch past a batch that the output nacked (its
+// epoch aborted) is nacked at once: Benthos replays the nacked one after
+// what it already holds, and nothing else can reach the output while this
+// batch waits, so a wait only delays the replay (after an abort, every batch
+// read meanwhile waited in turn and the copy crawled). Once the replay comes,
+// the run moves on.
+func TestK2KBatchPastANackedOneNackedAtOnce(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	o := newTestOutput(t, newResources(), baseYAML(brokers, "k2k-nacked", "consumer_group: "+k2kGroup+"\nmax_in_flight: 1\npartitioner: manual\npartition: '0'\n"))
+	o.conf.topic = mustInterp(t, `${! meta("topic").or("`+testTopic+`") }`)
+	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := o.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad := spanBatch("a", 0, 0, 10, 1)
+	bad[0].MetaSetMut("topic", "missing")
+	if err := o.WriteBatch(ctx, bad); !errors.Is(err, ErrEpochAborted) {
+		t.Fatalf("[0, 10) to a missing topic: %v, want its epoch aborted", err)
+	}
+	err := o.WriteBatch(ctx, spanBatch("b", 0, 10, 20, 1))
+	if !errors.Is(err, ErrOutOfOrder) || !strings.Contains(err.Error(), "was nacked") {
+		t.Fatalf("[10, 20) after [0, 10) was nacked: %v, want ErrOutOfOrder naming the nack", err)
+	}
+	if err := o.WriteBatch(ctx, spanBatch("a", 0, 0, 10, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.WriteBatch(ctx, spanBatch("b", 0, 10, 20, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 20 {
+		t.Fatalf("committed %v, want 0:20", got)
+	}
+	if got, want := readCommitted(t, brokers, testTopic), []string{"a-0", "b-0"}; !slices.Equal(got, want) {
+		t.Fatalf("output %v, want %v", got, want)
 	}
 }
