@@ -1027,6 +1027,9 @@ func (m *k2kMode) joinPart(w *write, mask []bool) {
 		}
 	}
 	for i, msg := range w.batch {
+		if w.done[i] {
+			continue // committed already: acknowledged
+		}
 		if s, ok := handover.SpanOf(msg); ok && nacked[s] {
 			w.fail(i, fmt.Errorf("%w: %s/%d [%d, %d) lies past a range not written yet, nacked to be replayed after it", ErrOutOfOrder, s.Topic, s.Partition, s.From, s.To))
 		}
