@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -148,15 +149,24 @@ func produceUnadded(t *testing.T, brokers, topic string, partition int32, id str
 	req.Topics = append(req.Topics, rt)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := cl.Request(ctx, req)
-	if err != nil {
-		t.Fatalf("raw produce to %s/%d: %v", topic, partition, err)
+	for {
+		resp, err := cl.Request(ctx, req)
+		if err != nil {
+			t.Fatalf("raw produce to %s/%d: %v", topic, partition, err)
+		}
+		p := resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
+		// A topic just created can answer NOT_LEADER_OR_FOLLOWER until the
+		// broker's metadata has its partitions: the batch was not written,
+		// so the same sequence number goes again.
+		if err := kerr.ErrorForCode(p.ErrorCode); kerr.IsRetriable(err) && ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if p.ErrorCode != 0 {
+			t.Fatalf("raw produce to %s/%d: error code %d (is transaction.partition.verification.enable off?)", topic, partition, p.ErrorCode)
+		}
+		return p.BaseOffset
 	}
-	p := resp.(*kmsg.ProduceResponse).Topics[0].Partitions[0]
-	if p.ErrorCode != 0 {
-		t.Fatalf("raw produce to %s/%d: error code %d (is transaction.partition.verification.enable off?)", topic, partition, p.ErrorCode)
-	}
-	return p.BaseOffset
 }
 
 // hangingTxn is a transaction of slot id left open in partition 1 only.
