@@ -259,9 +259,22 @@ func TestCloseReleasesWaiters(t *testing.T) {
 	wait(t, 5*time.Second, "epoch sealed", func() bool { o.mu.Lock(); defer o.mu.Unlock(); return o.nextEpoch == 2 && o.open == nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	// The epoch is still unfinished when Close gives up waiting for it
-	// (its context ends); only then is the commit let go.
-	go func() { <-ctx.Done(); close(block) }()
+	// The epoch is still unfinished when Close gives up waiting for it (its
+	// context ends) and stops the output; only then is the commit let go.
+	// (Let go at the context's end instead, the commit can win the race with
+	// the stop, and then its ack is right: the epoch did commit.)
+	go func() {
+		for {
+			o.mu.Lock()
+			stopped := o.stopErr != nil
+			o.mu.Unlock()
+			if stopped {
+				close(block)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
 	_ = o.Close(ctx)
 	select {
 	case err := <-done:
