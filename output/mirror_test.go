@@ -58,8 +58,9 @@ func newMirrorEnv(t testing.TB, parts int32, opts ...kfake.Opt) mirrorEnv {
 // fillSource writes n records to the source, round-robin over its
 // partitions: value "v-<i>"; key "k-<i>", except every 5th (null) and every
 // 7th (empty); every 3rd has two headers of one name and one of another;
-// every 11th is a tombstone (null value); timestamps are i ms after a fixed
-// instant. It returns them as produced (with partitions and offsets).
+// every 11th is a tombstone (null value); timestamps are i ms after an
+// instant an hour ago. It returns them as produced (with partitions and
+// offsets).
 func fillSource(t testing.TB, brokers []string, topic string, from, n int) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
@@ -68,7 +69,10 @@ func fillSource(t testing.TB, brokers []string, topic string, from, n int) []*kg
 	}
 	defer cl.Close()
 	recs := make([]*kgo.Record, n)
-	base := time.UnixMilli(1_700_000_000_000)
+	// Recent timestamps: on a real broker, records older than its
+	// retention (7 days by default) are deleted at its next retention
+	// check (every 5 minutes), under the test, source and target alike.
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	for j := range recs {
 		i := from + j
 		r := &kgo.Record{Topic: topic, Value: []byte(fmt.Sprintf("v-%d", i)), Timestamp: base.Add(time.Duration(i) * time.Millisecond)}
