@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -205,3 +206,39 @@ func TestUnwritableSentBackStops(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+// Plain mode: the batch-mates of a message that cannot be written are
+// written; sent back with it (a route that keeps only the failed message and
+// rejects the others) and replayed, they are acknowledged without being
+// written again. A message of the same source with another body (a
+// processor that made several messages of one record) and a message not yet
+// written are written.
+func TestWrittenMatesReplayedNotWrittenAgain(t *testing.T) {
+	c := newCluster(t)
+	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "mates", "max_message_bytes: 600\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := batchOf("m", 3)
+	for i, m := range b {
+		sourced(m, 0, int64(10+i))
+	}
+	b[1].SetBytes(make([]byte, 1000))
+	if err := o.WriteBatch(ctx, b); !errors.Is(err, ErrCannotWrite) {
+		t.Fatalf("%v, want message 1 failed", err)
+	}
+	// The replay: the two written ones, one more of offset 10 with another
+	// body, and a new one.
+	sibling := sourced(service.NewMessage([]byte("m-0-sibling")), 0, 10)
+	replay := service.MessageBatch{sourced(service.NewMessage([]byte("m-0")), 0, 10), sourced(service.NewMessage([]byte("m-2")), 0, 12), sibling, sourced(service.NewMessage([]byte("m-3")), 0, 13)}
+	if err := o.WriteBatch(ctx, replay); err != nil {
+		t.Fatal(err)
+	}
+	got := counts(t, c.ListenAddrs())
+	want := map[string]int{"m-0": 1, "m-2": 1, "m-0-sibling": 1, "m-3": 1}
+	if !maps.Equal(got, want) {
+		t.Fatalf("visible %v, want %v", got, want)
+	}
+	if n := o.m.tally.get("replays_already_written"); n != 2 {
+		t.Fatalf("replays_already_written %d, want 2", n)
+	}
+}
