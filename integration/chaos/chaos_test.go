@@ -1007,9 +1007,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	if err != nil {
 		t.Fatal(err)
 	}
-	for p := range input {
-		input[p] = append(input[p], tail[p]...)
-	}
+	addTail(input, tail)
 	// The copy may have waited at the gate through the last rounds: the
 	// no-progress watch starts again from the tail.
 	lastMove = time.Now()

@@ -161,6 +161,16 @@ func fillTail(ctx context.Context, brokers, topic string, head int, split map[in
 	return out, nil
 }
 
+// addTail appends each partition's tail values to its input values: every
+// partition of the tail, also one the head left empty (the
+// VerifiableProducer's sticky partitioner can put a whole head in one
+// partition, and fill then reports no other).
+func addTail(input, tail map[int32][]int) {
+	for p, vs := range tail {
+		input[p] = append(input[p], vs...)
+	}
+}
+
 // writeOversized writes the batching variant's record too large for the
 // output to partition 0 of topic, where it must land at offset at (the
 // processes' stops count on it).

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -208,5 +209,16 @@ func TestFinalJudgeOnATopic(t *testing.T) {
 				t.Fatalf("failures:\n%s\nwant %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestAddTailToAnEmptyHeadPartition: a head all in partition 0 (fill
+// reports no partition 1) still gets partition 1's tail in the input the
+// judges compare with; without it the tail's values read as never input.
+func TestAddTailToAnEmptyHeadPartition(t *testing.T) {
+	input := map[int32][]int{0: {0, 1, 2}}
+	addTail(input, map[int32][]int{0: {3, 5}, 1: {4, 6}})
+	if want := map[int32][]int{0: {0, 1, 2, 3, 5}, 1: {4, 6}}; !reflect.DeepEqual(input, want) {
+		t.Fatalf("input %v, want %v", input, want)
 	}
 }
