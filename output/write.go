@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -191,6 +192,10 @@ type poisons struct {
 
 	mates     map[uint64]struct{}
 	mateOrder []uint64
+	// matesAt is when the last mates were remembered: after mateTTL
+	// without more, they are forgotten, and WriteBatch stops looking
+	// messages up (skipWritten costs a hash per message).
+	matesAt time.Time
 }
 
 // maxPoisons bounds the messages remembered (about 100 bytes each).
@@ -199,6 +204,11 @@ const maxPoisons = 4096
 // maxMates bounds the written batch-mates remembered (about 40 bytes each).
 // A replay of one forgotten is written again (a duplicate), never lost.
 const maxMates = 1 << 16
+
+// mateTTL is how long written batch-mates are remembered after the last
+// ones: Benthos sends them back and the input replays them within seconds
+// (its retry backoff is capped at a second).
+const mateTTL = 10 * time.Minute
 
 func newPoisons() *poisons {
 	return &poisons{seed: maphash.MakeSeed(), reported: map[uint64]int{}, learned: map[uint64]*MessageError{}, mates: map[uint64]struct{}{}}
@@ -223,12 +233,30 @@ func (p *poisons) mateID(m *service.Message) (uint64, bool) {
 	}
 	var h maphash.Hash
 	h.SetSeed(p.seed)
-	fmt.Fprintf(&h, "mate\x00%v\x00%v\x00%d", t, pa, off)
-	if s, ok := handover.SpanOf(m); ok {
-		fmt.Fprintf(&h, "\x00%d\x00%d\x00%s", s.Assignment, s.Generation, s.MemberID)
+	var buf [64]byte
+	num := func(n int64) {
+		_, _ = h.Write(strconv.AppendInt(buf[:0], n, 10))
+		_ = h.WriteByte(0)
 	}
-	h.WriteByte(0)
-	h.Write(b)
+	if ts, ok := t.(string); ok {
+		_, _ = h.WriteString(ts)
+	} else {
+		fmt.Fprint(&h, t)
+	}
+	_ = h.WriteByte(0)
+	if pn, ok := pa.(int64); ok {
+		num(pn)
+	} else {
+		fmt.Fprintf(&h, "%v\x00", pa)
+	}
+	num(off)
+	if s, ok := handover.SpanOf(m); ok {
+		num(int64(s.Assignment))
+		num(int64(s.Generation))
+		_, _ = h.WriteString(s.MemberID)
+	}
+	_ = h.WriteByte(0)
+	_, _ = h.Write(b)
 	return h.Sum64(), true
 }
 
@@ -236,6 +264,9 @@ func (p *poisons) mateID(m *service.Message) (uint64, bool) {
 func (p *poisons) wrote(ids []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if len(ids) > 0 {
+		p.matesAt = time.Now()
+	}
 	for _, id := range ids {
 		if _, ok := p.mates[id]; ok {
 			continue
@@ -257,10 +288,15 @@ func (p *poisons) written(id uint64) bool {
 	return ok
 }
 
-// anyWritten reports whether any written message is remembered.
+// anyWritten reports whether any written message is remembered, forgetting
+// them all mateTTL after the last ones.
 func (p *poisons) anyWritten() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if len(p.mates) > 0 && time.Since(p.matesAt) > mateTTL {
+		clear(p.mates)
+		p.mateOrder = nil
+	}
 	return len(p.mates) > 0
 }
 
