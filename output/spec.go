@@ -245,9 +245,13 @@ group should read with `+"`isolation_level: read_committed`"+`. A batch that rea
 ahead of its partition's contiguous run (several pipeline threads or batches in
 flight reorder them) waits until the batch before it joined an epoch, was
 handed over or committed, so that an epoch never commits records past its
-offsets; after 5s it is nacked with a warning (Benthos may hold the
-predecessor behind it, e.g. a batch nacked by an aborted epoch and queued for
-replay) and Benthos replays it after its predecessor, so per-partition order
+offsets; after 5s it is nacked with a warning (after 1s once every batch
+Benthos may have in flight waits, and at once if the batch before it is one
+this output nacked: Benthos may hold the predecessor behind it, e.g. a batch
+nacked by an aborted epoch and queued for replay) and Benthos replays it after
+its predecessor. A batch merging input batches (output `+"`batching`"+`) writes those
+that continue their partition's run at once and nacks only the others, and
+writes its records in source order per partition, so per-partition order
 holds. With `+"`group_membership`"+` (several processes in one group, each with its
 own `+"`transactional_id`"+`), offsets follow KIP-447: a partition's offsets are committed
 only while this member owns it under the assignment its records were read in, with
