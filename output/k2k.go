@@ -541,6 +541,12 @@ const admitWait = 5 * time.Second
 // only a hand-over of positions (a range filtered out upstream) can.
 const admitWaitFull = time.Second
 
+// admitWaitQueued is the wait instead of admitWaitFull when every gap the
+// batch waits on starts at a batch this output nacked (see admitLocked): long
+// enough for the pipeline to hand the replayed batch over next, short enough
+// that a batch for each one read meanwhile does not add up to seconds.
+const admitWaitQueued = 100 * time.Millisecond
+
 // ErrOutOfOrder is wrapped by the error of a batch that waited admitWait for
 // the batch before it in its partition, or of the messages of a batch that
 // lie past a gap its other messages do not fill (admitLocked): they are
@@ -564,8 +570,10 @@ var ErrOutOfOrder = errors.New("kafka_eos: batch ahead of its partition's commit
 // have changed while it waited), and a nil mask when every span joins.
 func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epoch) (*epoch, []bool, error) {
 	var (
-		deadline <-chan time.Time
-		waited   time.Duration
+		timer   *time.Timer
+		waited  time.Duration
+		started time.Time
+		short   bool // the wait was cut to admitWaitQueued
 	)
 	for {
 		ok, ch := o.k2k.admissible(spans)
@@ -588,24 +596,13 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 			return ep, mask, nil
 		}
 		others := o.admitWaiting // the other batches that wait
-		if deadline != nil {
+		if timer != nil {
 			others--
 		}
-		if queued && others+1 >= o.conf.maxInFlight {
-			// Every gap starts at a batch this output nacked, which
-			// Benthos replays after what it already holds, and every
-			// other WriteBatch it may run at once waits too: nothing
-			// can fill the gap before this batch returns (after an
-			// aborted epoch with max_in_flight 1, a wait for each
-			// batch read meanwhile made the copy crawl). Not a
-			// storm: the replay comes, and with it the run moves.
-			o.m.k2kOutOfOrder()
-			o.log.Debugf("kafka_eos: group %s: a batch lies past a batch the output nacked and Benthos replays after it: nacked at once", o.k2k.group)
-			return nil, nil, fmt.Errorf("%w: the batch before it was nacked and is replayed after it, nacked to be replayed after that one", ErrOutOfOrder)
-		}
-		if deadline == nil {
-			wait := admitWait
-			if others+1 >= o.conf.maxInFlight {
+		full := others+1 >= o.conf.maxInFlight
+		if timer == nil {
+			waited = admitWait
+			if full {
 				// Every other WriteBatch Benthos may run at once
 				// already waits: the predecessor may be queued
 				// behind us (seen on a loaded machine with two
@@ -619,20 +616,33 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 				// backoff with its lock held (acks included), and a
 				// storm of immediate nacks stalled a filtered copy
 				// for minutes.
-				wait = admitWaitFull
+				waited = admitWaitFull
 			}
-			waited = wait
 			o.admitWaiting++
 			defer func() { o.admitWaiting-- }() // o.mu is held at every return
-			t := time.NewTimer(wait)
-			defer t.Stop()
-			deadline = t.C
+			started = time.Now()
+			timer = time.NewTimer(waited)
+			defer timer.Stop()
+		}
+		if full && queued && !short {
+			// Every gap starts at a batch this output nacked, which
+			// Benthos replays after what it already holds, and no
+			// other WriteBatch can bring it meanwhile: waiting longer
+			// than the pipeline needs to hand the next batch over
+			// only delays the replay (after an aborted epoch with
+			// max_in_flight 1, a second for each batch read
+			// meanwhile made the copy crawl past its bound).
+			short = true
+			if admitWaitQueued < waited {
+				timer.Reset(max(admitWaitQueued-time.Since(started), 0))
+				waited = admitWaitQueued
+			}
 		}
 		o.mu.Unlock()
 		forced := false
 		select {
 		case <-ch:
-		case <-deadline:
+		case <-timer.C:
 			forced = true
 		case <-ctx.Done():
 			o.mu.Lock()
@@ -651,6 +661,10 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 			o.m.k2kOutOfOrder()
 			if mask, _ := o.k2k.reachable(spans); slices.Contains(mask, true) {
 				return ep, mask, nil // partly admissible now: see above
+			}
+			if short {
+				o.log.Debugf("kafka_eos: group %s: a batch lies past a batch the output nacked, which Benthos replays after what it holds: nacked after %v", o.k2k.group, waited)
+				return nil, nil, fmt.Errorf("%w: the batch before it was nacked and is replayed after it; waited %v, nacked to be replayed after that one", ErrOutOfOrder, waited)
 			}
 			o.log.Warnf("kafka_eos: group %s: a batch waited %v for the batch before it; nacked so that it is replayed after it", o.k2k.group, waited)
 			return nil, nil, fmt.Errorf("%w: waited %v for the batch before it, nacked to be replayed after it", ErrOutOfOrder, waited)

@@ -105,12 +105,13 @@ func TestK2KMergedBatchWrittenInSourceOrder(t *testing.T) {
 }
 
 // With max_in_flight 1, a batch past a batch that the output nacked (its
-// epoch aborted) is nacked at once: Benthos replays the nacked one after
-// what it already holds, and nothing else can reach the output while this
-// batch waits, so a wait only delays the replay (after an abort, every batch
-// read meanwhile waited in turn and the copy crawled). Once the replay comes,
-// the run moves on.
-func TestK2KBatchPastANackedOneNackedAtOnce(t *testing.T) {
+// epoch aborted) is nacked after a short wait (admitWaitQueued), naming why:
+// Benthos replays the nacked one after what it already holds, and nothing
+// else can reach the output while this batch waits, so a longer wait only
+// delays the replay (after an abort, every batch read meanwhile waited a
+// second in turn and the copy crawled). Once the replay comes, the run moves
+// on.
+func TestK2KBatchPastANackedOneNackedSoon(t *testing.T) {
 	c := newK2KCluster(t)
 	brokers := c.ListenAddrs()
 	o := newTestOutput(t, newResources(), baseYAML(brokers, "k2k-nacked", "consumer_group: "+k2kGroup+"\nmax_in_flight: 1\npartitioner: manual\npartition: '0'\n"))

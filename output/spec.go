@@ -246,7 +246,7 @@ ahead of its partition's contiguous run (several pipeline threads or batches in
 flight reorder them) waits until the batch before it joined an epoch, was
 handed over or committed, so that an epoch never commits records past its
 offsets; after 5s it is nacked with a warning (after 1s once every batch
-Benthos may have in flight waits, and at once if the batch before it is one
+Benthos may have in flight waits, and 100ms then if the batch before it is one
 this output nacked: Benthos may hold the predecessor behind it, e.g. a batch
 nacked by an aborted epoch and queued for replay) and Benthos replays it after
 its predecessor. A batch merging input batches (output `+"`batching`"+`) writes those
