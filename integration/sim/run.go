@@ -67,6 +67,8 @@ type Stats struct {
 	InDoubtStops int
 	// Recoveries counts the recovery decisions checked against the log.
 	Recoveries int
+	// Deleted counts the input records retention deleted.
+	Deleted int64
 }
 
 // OK reports whether the run found nothing wrong.
@@ -774,6 +776,9 @@ func (r *runner) deleteRecords(e Event) {
 	if err != nil {
 		r.fail("retention: deleting %s/%d below %d: %v", inTopic, e.Partition, at, err)
 		return
+	}
+	if at > r.deleted[e.Partition] {
+		r.res.Stats.Deleted += at - r.deleted[e.Partition]
 	}
 	r.deleted[e.Partition] = max(r.deleted[e.Partition], at)
 	r.logf("retention: deleted %s/%d below offset %d (progress %.2f)", inTopic, e.Partition, at, r.progress())
