@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestCheckerFindsPlantedFaults runs the checker on an output topic with a
@@ -145,5 +146,32 @@ func TestCheckerFindsPlantedFaults(t *testing.T) {
 	}
 	if len(k.res.Failures) != 1 || !strings.Contains(k.res.Failures[0], "moved backwards from 5 to 3") {
 		t.Errorf("offsets moving backwards: failures %q", k.res.Failures)
+	}
+}
+
+// TestClassifySeparatesDefects: a failure is counted against the defect
+// that explains it, not against a look-alike.
+func TestClassifySeparatesDefects(t *testing.T) {
+	plainKafka := Plan{Mode: ModePlainKafka}
+	members := Plan{Mode: ModePlainKafkaMembers}
+	stateAuth := Plan{Mode: ModePlain, StateCache: "kafka_state", Faults: []ReqFault{{Key: kmsg.Produce, Fatal: true, Code: 29}}}
+	probe := Plan{Mode: ModeArrow, Faults: []ReqFault{{Key: kmsg.Fetch, Fatal: true, Code: 29}}}
+	for _, c := range []struct {
+		r    Result
+		f    string
+		want string
+	}{
+		{Result{Plan: plainKafka, Stats: Stats{Zombies: 1}}, "the committed offset of in/2 moved backwards from 65 to 62", "plain-zombie-commit"},
+		{Result{Plan: plainKafka}, "the committed offset of in/2 moved backwards from 65 to 62", "offsets-backwards"},
+		{Result{Plan: members, Stats: Stats{Zombies: 1}}, "the committed offset of in/2 moved backwards from 65 to 62", "offsets-backwards"},
+		{Result{Plan: stateAuth}, "the fatal fault Produce#16x-1:TOPIC_AUTHORIZATION_FAILED hit, and no instance stopped on it within 20s", "state-auth-retry"},
+		{Result{Plan: probe}, `m0.1 stopped on a fatal error that does not name the injected TOPIC_AUTHORIZATION_FAILED: "fatal: kafka_eos: epoch 11 is in doubt: unknown: the broker and the probe identify nothing"`, "probe-error-hidden"},
+		{Result{Plan: Plan{Mode: ModeMembers, Oversized: []int{3}, Retention: true}}, "hang: the run did not end within 45s", "members-oversized-stall"},
+	} {
+		c.r.Failures = []string{c.f}
+		defects, unmatched := Classify(c.r)
+		if len(unmatched) > 0 || len(defects) != 1 || defects[0] != c.want {
+			t.Errorf("%s in %s: defects %v, unmatched %v; want %s", c.f, c.r.Plan.Mode, defects, unmatched, c.want)
+		}
 	}
 }

@@ -140,8 +140,35 @@ var Defects = []Defect{
 	{
 		Name: "offsets-backwards",
 		What: "a committed offset of the input's group moves backwards",
-		Match: func(_ Result, f string) bool {
+		Match: func(r Result, f string) bool {
+			if r.Plan.Mode == ModePlainKafka && r.Stats.Zombies > 0 {
+				return false // plain-zombie-commit
+			}
 			return strings.Contains(f, "moved backwards")
+		},
+	},
+	{
+		Name: "plain-zombie-commit",
+		What: "kafka_native committing its group itself without group_membership (plain mode behind a Kafka " +
+			"input): a frozen instance that wakes after its replacement committed further commits its older " +
+			"positions (Kafka takes a commit without a generation from anyone), and the group's offset moves " +
+			"back: records read again, at-least-once as plain mode promises, nothing lost",
+		Match: func(r Result, f string) bool {
+			return r.Plan.Mode == ModePlainKafka && r.Stats.Zombies > 0 && strings.Contains(f, "moved backwards")
+		},
+	},
+	{
+		Name: "probe-error-hidden",
+		What: "kafka_eos: a recovery whose probe Fetch is refused (TOPIC_AUTHORIZATION_FAILED) stops with " +
+			"\"in doubt: unknown: the broker and the probe identify nothing\", not naming the refusal it logged " +
+			"as a warning (and says the next start resolves it, which fails the same way)",
+		Match: func(r Result, f string) bool {
+			for _, ft := range r.Plan.Faults {
+				if ft.Fatal && ft.Key == kmsg.Fetch {
+					return strings.Contains(f, "does not name the injected") && strings.Contains(f, "the probe identify nothing")
+				}
+			}
+			return false
 		},
 	},
 	{

@@ -575,6 +575,25 @@ func (r *runner) unexpectedExit(m int, in *instance, what string) {
 }
 
 // activeFatal is the fatal fault, if it hit a request and is still on.
+// liftedFatal returns the fatal fault once it hit and was lifted.
+func (r *runner) liftedFatal() (ReqFault, bool) {
+	if !r.inj.fatalSeen() {
+		return ReqFault{}, false
+	}
+	r.inj.mu.Lock()
+	off := r.inj.fatalOff
+	r.inj.mu.Unlock()
+	if !off {
+		return ReqFault{}, false
+	}
+	for _, f := range r.p.Faults {
+		if f.Fatal {
+			return f, true
+		}
+	}
+	return ReqFault{}, false
+}
+
 func (r *runner) activeFatal() (ReqFault, bool) {
 	if !r.inj.fatalSeen() {
 		return ReqFault{}, false
@@ -817,6 +836,11 @@ func (r *runner) expectedFatal(in *instance, msg string) bool {
 		}
 		r.inj.liftFatal()
 		r.fatalSince = time.Time{}
+		return true
+	}
+	if f, ok := r.liftedFatal(); ok && strings.Contains(msg, codeName(f.Code)) {
+		// Another instance (a second group member) got the error
+		// before the fault was lifted, and stops on it too.
 		return true
 	}
 	switch {
