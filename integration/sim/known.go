@@ -138,6 +138,16 @@ var Defects = []Defect{
 		},
 	},
 	{
+		Name: "sequence-after-abort",
+		What: "kafka_eos (seen once, cause not confirmed): after an epoch aborted at the transaction-timeout " +
+			"margin with its flush unfinished (a produce answer dropped after the broker applied it, then " +
+			"NOT_LEADER answers), the next epoch on that producer gets OUT_OF_ORDER_SEQUENCE_NUMBER, franz-go " +
+			"fails the producer ID for good, and the pipeline stops (exit 3)",
+		Match: func(_ Result, f string) bool {
+			return strings.Contains(f, "with no fatal fault injected") && strings.Contains(f, "OUT_OF_ORDER_SEQUENCE_NUMBER")
+		},
+	},
+	{
 		Name: "offsets-backwards",
 		What: "a committed offset of the input's group moves backwards",
 		Match: func(r Result, f string) bool {

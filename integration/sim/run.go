@@ -435,7 +435,10 @@ func (r *runner) restart(m int) {
 func (r *runner) stallHint() string {
 	for _, in := range r.all {
 		b, err := os.ReadFile(in.logf)
-		if err == nil && strings.Contains(string(b), "waited 5s for the batch before it") {
+		// "waited 5s for the batch before it", "waited 1s ...", "the
+		// batch before it was nacked and is replayed after it": over
+		// and over, not once.
+		if err == nil && strings.Count(string(b), "the batch before it") >= 5 {
 			return " [a batch waits for the batch before it, nacked, over and over]"
 		}
 	}
