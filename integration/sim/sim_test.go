@@ -40,25 +40,8 @@ var regressionSeeds = []uint64{
 // defect is fixed, then they come out of this list. Each names the defect it
 // fails on (the first one, when several).
 var knownFailures = map[uint64]string{
-	2:  "order",
-	3:  "order",
-	4:  "k2k-stall",
-	5:  "order",
-	8:  "order",
-	10: "order",
-	11: "k2k-stall",
-	13: "k2k-stall",
-	15: "order",
-	20: "k2k-stall",
-	23: "order",
-	24: "order",
-	29: "k2k-stall",
 	30: "members-oversized-stall",
-	31: "order",
 	32: "k2k-stall",
-	35: "order",
-	39: "order",
-	40: "k2k-stall",
 }
 
 // TestSimulate runs the simulation: the fixed seeds by default, or
