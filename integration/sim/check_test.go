@@ -167,6 +167,8 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		{Result{Plan: stateAuth}, "the fatal fault Produce#16x-1:TOPIC_AUTHORIZATION_FAILED hit, and no instance stopped on it within 20s", "state-auth-retry"},
 		{Result{Plan: probe}, `m0.1 stopped on a fatal error that does not name the injected TOPIC_AUTHORIZATION_FAILED: "fatal: kafka_eos: epoch 11 is in doubt: unknown: the broker and the probe identify nothing"`, "probe-error-hidden"},
 		{Result{Plan: Plan{Mode: ModeMembers, Oversized: []int{3}, Retention: true}}, "hang: the run did not end within 45s", "members-oversized-stall"},
+		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{KfakeUnknown: 4, Deleted: 500}}, "hang: the run did not end within 45s", "kfake-unknown-loop"},
+		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{Deleted: 500}}, "hang: the run did not end within 45s", "retention-hang"},
 	} {
 		c.r.Failures = []string{c.f}
 		defects, unmatched := Classify(c.r)

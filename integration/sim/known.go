@@ -148,6 +148,15 @@ var Defects = []Defect{
 		},
 	},
 	{
+		Name: "kfake-unknown-loop",
+		What: "a kfake limitation, not a defect (diagnosed from one run, seed 6564718080450180695): an epoch whose records never reached the broker, left open by a " +
+			"crash and aborted by the transaction timeout, is Empty on kfake (Apache Kafka answers CompleteAbort), " +
+			"and the probe finds none of its records: every restart stops in doubt (kfake_unknown) until the run's bound",
+		Match: func(r Result, f string) bool {
+			return r.Stats.KfakeUnknown > 1 && strings.HasPrefix(f, "hang:")
+		},
+	},
+	{
 		Name: "offsets-backwards",
 		What: "a committed offset of the input's group moves backwards",
 		Match: func(r Result, f string) bool {
@@ -195,6 +204,9 @@ var Defects = []Defect{
 			p := r.Plan
 			if p.Mode == ModeMembers && len(p.Oversized) > 0 {
 				return false // members-oversized-stall
+			}
+			if r.Stats.KfakeUnknown > 1 {
+				return false // kfake-unknown-loop
 			}
 			return p.Retention && r.Stats.Deleted > 0 && strings.HasPrefix(f, "hang:") && !strings.Contains(f, "a batch waits for the batch before it")
 		},
