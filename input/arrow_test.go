@@ -101,7 +101,9 @@ func scenarioArrowRecordsExact(t *testing.T, e *env) {
 	defer cancel()
 	for i, r := range want {
 		r.Topic, r.Partition = topic, 0
-		r.Timestamp = time.UnixMilli(1_700_000_000_000 + int64(i))
+		// Recent: a real broker's retention (7 days by default) deletes
+		// older records while the test reads them.
+		r.Timestamp = time.Now().Add(-time.Hour).Truncate(time.Second).Add(time.Duration(i) * time.Millisecond)
 	}
 	require.NoError(t, e.cl.ProduceSync(ctx, want...).FirstErr())
 	group := uniq(t, "g")

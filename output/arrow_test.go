@@ -19,11 +19,13 @@ import (
 
 // edgeRows are records with every distinction Benthos metadata loses: null
 // and empty keys, a tombstone and an empty value, duplicate, null and empty
-// header values, and a large value. Timestamps are fixed and distinct.
+// header values, and a large value. Timestamps are distinct and recent: a
+// real broker's retention (7 days by default) deletes records older than that
+// while a test reads them.
 func edgeRows(topic string, partition int32, n int) []*kgo.Record {
 	var out []*kgo.Record
 	for i := range n {
-		r := &kgo.Record{Topic: topic, Partition: partition, Timestamp: time.UnixMilli(1_700_000_000_000 + int64(i))}
+		r := &kgo.Record{Topic: topic, Partition: partition, Timestamp: time.UnixMilli(recentMillis + int64(i))}
 		switch i % 7 {
 		case 0:
 			r.Value = []byte(fmt.Sprintf("null-key-%d", i))
@@ -45,6 +47,9 @@ func edgeRows(topic string, partition int32, n int) []*kgo.Record {
 	}
 	return out
 }
+
+// recentMillis is an hour before the test binary started, whole seconds.
+var recentMillis = time.Now().Add(-time.Hour).Truncate(time.Second).UnixMilli()
 
 func arrowMessage(t testing.TB, recs []*kgo.Record) *service.Message {
 	t.Helper()
