@@ -27,12 +27,13 @@ var fixedSeeds = func() []uint64 {
 	return append(s, regressionSeeds...)
 }()
 
-// regressionSeeds are seeds beyond 1 to 40 that found a defect since fixed
-// (each with its defect, known.go): the fixed set keeps them so that the
-// defect stays fixed.
+// regressionSeeds are seeds beyond 1 to 40 that found a defect (each with
+// its defect, known.go): the fixed set keeps them so that the defect stays
+// fixed, and skips one listed in knownFailures until its defect is fixed.
 var regressionSeeds = []uint64{
-	1023, // dlq-batching-dups
-	1065, // dlq-batching-dups
+	1023,                // dlq-batching-dups
+	1065,                // dlq-batching-dups
+	8926716080828376199, // batch-mates again (plain mode, Produce faults, no event), not fixed yet
 }
 
 // knownFailures are fixed-set seeds that fail on a defect not fixed yet
@@ -40,8 +41,9 @@ var regressionSeeds = []uint64{
 // defect is fixed, then they come out of this list. Each names the defect it
 // fails on (the first one, when several).
 var knownFailures = map[uint64]string{
-	30: "members-oversized-stall",
-	32: "k2k-stall",
+	8926716080828376199: "batch-mates",
+	30:                  "members-oversized-stall",
+	32:                  "k2k-stall",
 }
 
 // TestSimulate runs the simulation: the fixed seeds by default, or
