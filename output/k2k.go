@@ -1045,7 +1045,16 @@ func (m *k2kMode) joinPart(w *write, mask []bool) {
 			continue // committed already: acknowledged
 		}
 		if s, ok := handover.SpanOf(msg); ok && nacked[s] {
-			w.fail(i, fmt.Errorf("%w: %s/%d [%d, %d) lies past a range not written yet, nacked to be replayed after it", ErrOutOfOrder, s.Topic, s.Partition, s.From, s.To))
+			// A message that cannot be written gets this error too
+			// (it is reported when its batch is written): under
+			// output batching Benthos gives every message of an
+			// input batch the first error among them, and a route
+			// taking "cannot be written" would take the whole input
+			// batch, never written, away (lost).
+			if w.failed == nil {
+				w.failed = make(map[int]error)
+			}
+			w.failed[i] = fmt.Errorf("%w: %s/%d [%d, %d) lies past a range not written yet, nacked to be replayed after it", ErrOutOfOrder, s.Topic, s.Partition, s.From, s.To)
 		}
 	}
 	w.dropRecords(nil)

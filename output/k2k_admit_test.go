@@ -1,6 +1,7 @@
 package output
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -143,4 +144,39 @@ func TestK2KBatchPastANackedOneNackedSoon(t *testing.T) {
 	if got, want := readCommitted(t, brokers, testTopic), []string{"a-0", "b-0"}; !slices.Equal(got, want) {
 		t.Fatalf("output %v, want %v", got, want)
 	}
+}
+
+// An input batch nacked past a gap is nacked whole, its message that cannot
+// be written included (with ErrOutOfOrder, not its own error): under output
+// batching Benthos gives every message of an input batch the first error
+// among them, so a dead-letter route matching "cannot be written" would
+// otherwise take the whole input batch away, never written (lost; seen in
+// TestK2KKafkaHostileRecordsCopy under load).
+func TestK2KNackedInputBatchNackedWhole(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	o := newTestOutput(t, newResources(), baseYAML(brokers, "k2k-gap-big", "consumer_group: "+k2kGroup+"\nmax_in_flight: 1\npartitioner: manual\npartition: '0'\nmax_message_bytes: 600\n"))
+	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := o.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	past := spanBatch("z", 0, 20, 30, 2)
+	past[0].SetBytes(bytes.Repeat([]byte("B"), 1000)) // cannot be written
+	merged := append(spanBatch("x", 0, 0, 10, 1), past...)
+	err := o.WriteBatch(ctx, merged)
+	var be *service.BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("WriteBatch returned %v, want a BatchError", err)
+	}
+	be.WalkMessages(func(i int, _ *service.Message, err error) bool {
+		switch {
+		case i == 0 && err != nil:
+			t.Errorf("message 0 (continues the run): %v", err)
+		case i > 0 && (!errors.Is(err, ErrOutOfOrder) || errors.Is(err, ErrCannotWrite)):
+			t.Errorf("message %d (past the gap): %v, want ErrOutOfOrder only", i, err)
+		}
+		return true
+	})
 }
