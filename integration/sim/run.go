@@ -842,6 +842,13 @@ func (r *runner) expectedFatal(in *instance, msg string) bool {
 			r.logf("%s: stopped in doubt (EndTxn outcome unknown) with the fatal fault active; restarting", in.name)
 			return true
 		}
+		if !strings.Contains(msg, codeName(f.Code)) && kfakeFence(msg) && r.zombied[in.member] {
+			// Fenced where a zombie ran, before the instance met the
+			// fatal fault: the fault stays for the next start.
+			r.res.Stats.ZombieFence++
+			r.logf("%s: fenced by a zombie's rival or a woken zombie, with the fatal fault active", in.name)
+			return true
+		}
 		if !strings.Contains(msg, codeName(f.Code)) {
 			r.fail("%s stopped on a fatal error that does not name the injected %s: %q", in.name, codeName(f.Code), msg)
 		}
