@@ -42,6 +42,7 @@ var regressionSeeds = []uint64{
 // defect is fixed, then they come out of this list. Each names the defect it
 // fails on (the first one, when several).
 var knownFailures = map[uint64]string{
+	7:                   "zombie-writes", // now and then (15 records twice under -race on a loaded machine)
 	8926716080828376199: "batch-mates",
 	30:                  "members-oversized-stall",
 	32:                  "k2k-stall",
