@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// scenarioCLIRun is the acceptance run of issue 4: a bounded Kafka-to-file
+// scenarioCLIRun is the acceptance run of the input: a bounded Kafka-to-file
 // pipeline run through the Benthos CLI (`run`, as `connect-eos run` does)
 // over partitions with awkward tails emits exactly the committed non-control
 // records below the stops, in per-partition order, exits 0, and leaves the

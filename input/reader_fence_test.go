@@ -29,7 +29,7 @@ func recordsAt(p tp, from, to int64) []*kgo.Record {
 	return recs
 }
 
-// Issue 5, finding 3 (the TV2 stalls of the unbounded Kafka-to-Kafka chaos
+// A finding of the chaos suite (the TV2 stalls of the unbounded Kafka-to-Kafka chaos
 // runs): a fetch the loop holds while the partition is lost and assigned to
 // the same member again must not feed the new assignment. Here the loop
 // processes records [100, 112) of the old assignment in batches of 4; while

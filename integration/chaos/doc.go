@@ -1,4 +1,4 @@
-// Package chaos is the exactly-once chaos suite (issue 5), modelled on Apache
+// Package chaos is the exactly-once chaos suite, modelled on Apache
 // Kafka's own transactions system test: an independent producer fills an
 // input topic, connect-eos processes copy it with kafka_native -> kafka_eos
 // while the suite SIGKILLs and SIGTERMs them at random points, bounces the
