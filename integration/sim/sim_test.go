@@ -34,7 +34,6 @@ var regressionSeeds = []uint64{
 	1023,                // dlq-batching-dups
 	1065,                // dlq-batching-dups
 	8926716080828376199, // batch-mates again (plain mode, Produce faults, no event), not fixed yet
-	282,                 // batch-mates: a replay narrowed by the dead-letter route, rejected whole again, dropped a message (intermittent)
 }
 
 // knownFailures are fixed-set seeds that fail on a defect not fixed yet
