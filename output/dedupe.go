@@ -219,6 +219,17 @@ func (m *dedupeMode) replayed(w *write, all bool) []txnstate.KeyPos {
 	return out
 }
 
+// unjoined: the batch leaves without joining an epoch (all failed, or
+// replays only): its held-back messages are owed until replayed.
+func (m *dedupeMode) unjoined(w *write) {
+	if m.o.dd == nil {
+		return
+	}
+	if owed := m.replayed(w, false); len(owed) > 0 {
+		m.o.dd.Owe(owed, time.Now())
+	}
+}
+
 // plan decides which messages of kps are replays. A new key beyond
 // dedupe.max_keys stops the output (see tooManyKeys). Called with o.mu held.
 func (m *dedupeMode) plan(kps []txnstate.KeyPos) ([]bool, error) {

@@ -1067,6 +1067,7 @@ func (m *k2kMode) joinPart(w *write, mask []bool) {
 
 // refused: the batch is nacked whole; Benthos replays it.
 func (m *k2kMode) refused(w *write, _ error) { m.k.nack(w.spans) }
+func (m *k2kMode) unjoined(*write)           {}
 
 // prepare plans the source offsets the epoch commits and sends them into its
 // transaction (AddOffsetsToTxn, TxnOffsetCommit): step 2 of the commit

@@ -45,6 +45,7 @@ type mode interface {
 	skip(w *write) (bool, error)
 	admit(ctx context.Context, w *write, ep *epoch) (*epoch, error)
 	refused(w *write, err error)
+	unjoined(w *write)
 	prepare(ctx context.Context, ep *epoch, rec *txnstate.Record) error
 	committed(ep *epoch, rec txnstate.Record)
 	settled(ctx context.Context, rec txnstate.Record) bool
@@ -63,6 +64,7 @@ func (plainMode) read(*write)                                                  {
 func (plainMode) skip(*write) (bool, error)                                    { return false, nil }
 func (plainMode) admit(_ context.Context, _ *write, ep *epoch) (*epoch, error) { return ep, nil }
 func (plainMode) refused(*write, error)                                        {}
+func (plainMode) unjoined(*write)                                              {}
 func (plainMode) prepare(context.Context, *epoch, *txnstate.Record) error      { return nil }
 func (plainMode) committed(*epoch, txnstate.Record)                            {}
 func (plainMode) settled(context.Context, txnstate.Record) bool                { return true }

@@ -318,10 +318,12 @@ func (o *output) admit(ctx context.Context, w *write, sentBack error) (*epoch, e
 		return nil, o.stopErr
 	}
 	if len(w.recs) == 0 {
+		o.mode.unjoined(w)
 		return nil, nil // nothing to write: an empty epoch is never committed
 	}
 	skip, err := o.mode.skip(w)
 	if err == nil && skip {
+		o.mode.unjoined(w)
 		return nil, nil
 	}
 	var ep *epoch
