@@ -568,6 +568,7 @@ type stats struct {
 	unplanned                                         []string
 	zombieExits                                       []int
 	idleZombies                                       int
+	zombieNudges                                      int     // zombie rounds where the slot's new process stopped to hand the zombie partitions
 	killsAt                                           []int64 // the copy's progress when each SIGKILL landed
 	cl                                                clusterStats
 	srcBounces                                        int // mirror: the bounces of the source cluster
@@ -879,6 +880,77 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 		}
 	}
 	var zombies []*copier
+	// zombieMember is the zombie round of the unbounded runs, where the
+	// processes share the partitions through group membership. A frozen
+	// member keeps its partitions only for its session (10 s): past it
+	// the group hands them to the others, and the old process, woken,
+	// joins again as a new member that may get no partition with records
+	// left; it then never writes again, never learns that it was fenced,
+	// and the round did not happen. So the old process wakes as soon as
+	// the new one is ready (its InitProducerID fenced the old producer),
+	// still the owner of its partitions, with what it fetched before it
+	// froze in flight. If it has not stopped on the fence within 20 s
+	// (its session ended first, or it owned nothing), the slot's new
+	// process stops (SIGTERM, leaving the group) so that the group hands
+	// its partitions to the old one, which must then be refused; if even
+	// that finds it idle (the copy at the gate), it is stopped and the
+	// round is tried again on a process picked afresh, while the copy is
+	// short of the gate (3 tries). The verdict (missedChaos) counts the
+	// zombies that exited 3, never the tries.
+	zombieMember := func(round, i int) {
+		for try := 1; ; try++ {
+			old := cur[i]
+			_ = old.signal(syscall.SIGSTOP)
+			start(i)
+			for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && !cur[i].exited(); time.Sleep(50 * time.Millisecond) {
+				if len(grepLines(cur[i].logPath, slotsReadyLine, 1)) > 0 {
+					break
+				}
+			}
+			_ = old.signal(syscall.SIGCONT)
+			st.zombies++
+			t.Logf("round %d: zombie %d.%d woken once %d.%d was ready (try %d)", round+1, old.slot, old.gen, i, cur[i].gen, try)
+			if old.stopping(20 * time.Second) {
+				zombies = append(zombies, old) // its exit code is checked at the end
+				return
+			}
+			st.zombieNudges++
+			nudged := cur[i]
+			t.Logf("round %d: zombie %d.%d has not written since it woke: %d.%d stops (SIGTERM) so that the group hands its partitions to the zombie", round+1, old.slot, old.gen, i, nudged.gen)
+			nudged.waitRunning(60 * time.Second)
+			_ = nudged.signal(syscall.SIGTERM)
+			code, err := nudged.wait(90 * time.Second)
+			if err != nil {
+				t.Fatalf("zombie round: process %d.%d did not stop within 90s of a SIGTERM (logs in %s)", i, nudged.gen, logDir)
+			}
+			if code != 0 {
+				t.Errorf("zombie round: process %d.%d exited %d after a SIGTERM, want 0 (a graceful stop)", i, nudged.gen, code)
+			}
+			fenced := old.stopping(60 * time.Second)
+			start(i)
+			if fenced {
+				zombies = append(zombies, old)
+				return
+			}
+			if try == 3 || prog.distinct.Load() >= gate {
+				// Left to the end: the tail may still give it records.
+				t.Logf("round %d: zombie %d.%d still idle after %d tries (copy at %d/%d records)", round+1, old.slot, old.gen, try, prog.distinct.Load(), n)
+				zombies = append(zombies, old)
+				return
+			}
+			t.Logf("round %d: zombie %d.%d still idle: stopping it, another try", round+1, old.slot, old.gen)
+			_ = old.signal(syscall.SIGTERM)
+			code, err = old.wait(90 * time.Second)
+			if err != nil {
+				t.Fatalf("zombie: process %d.%d did not stop within 90s of a SIGTERM", old.slot, old.gen)
+			}
+			st.zombieExits = append(st.zombieExits, code)
+			st.idleZombies++
+			if i = livePick(); i < 0 {
+				t.Fatalf("round %d (zombie, try %d): no live process for 2 minutes", round+1, try+1)
+			}
+		}
+	}
 	for round, ev := range plan {
 		base := prog.distinct.Load()
 		// Each round waits for a share of what is left before the gate;
@@ -982,7 +1054,13 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 			// progress (or the copy reached the gate), the old one wakes
 			// up. It must stop with an error (exit 3) and write nothing
 			// visible (the judges check); the tail, written after the
-			// rounds, gives it records to try to write.
+			// rounds, gives it records to try to write. In the unbounded
+			// runs it wakes sooner, while still a member of the group
+			// (zombieMember).
+			if c.unbounded() {
+				zombieMember(round, i)
+				continue
+			}
 			old := cur[i]
 			_ = old.signal(syscall.SIGSTOP)
 			start(i)
@@ -1138,10 +1216,10 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	}
 	slices.Sort(dec)
 	summary := fmt.Sprintf("chaos: mode=%s variant=%s tv=%d processes=%d records_in=%d records_out=%d duplicates=%d missing=%d extra=%d wrong_key=%d wrong_partition=%d "+
-		"kills=%d sigterms=%d broker_restarts=%d (kill9=%d clean=%d) zombies=%d zombie_exit=%v idle_zombies=%d unplanned_exits=%d in_doubt_resolved={%s} "+
+		"kills=%d sigterms=%d broker_restarts=%d (kill9=%d clean=%d) zombies=%d zombie_exit=%v idle_zombies=%d zombie_nudges=%d unplanned_exits=%d in_doubt_resolved={%s} "+
 		"rate=%d max_in_flight=%s batch=%d start_offsets=%v seed=%d copy_s=%.0f",
 		mode, variant, b.tv, k.processes, n, total, v.dups, v.missing, v.extra, v.wrongKey, v.wrongPart,
-		st.kills, st.sigterms, st.brokerHard+st.brokerClean, st.brokerHard, st.brokerClean, st.zombies, st.zombieExits, st.idleZombies,
+		st.kills, st.sigterms, st.brokerHard+st.brokerClean, st.brokerHard, st.brokerClean, st.zombies, st.zombieExits, st.idleZombies, st.zombieNudges,
 		len(st.unplanned), strings.Join(dec, " "), c.rate, inFlight(mode, variant, c.maxInFlight), cmp.Or(k.batch, 1024), strict, seed, copied.Seconds())
 	if mode == "mirror" {
 		var logs []string

@@ -177,3 +177,26 @@ func grepLines(path string, re *regexp.Regexp, max int) []string {
 	}
 	return out
 }
+
+// slotsReadyLine matches the output's log line once every slot's
+// InitProducerID is done (output/output.go): from then on an older process
+// with the same transactional_id is fenced.
+var slotsReadyLine = regexp.MustCompile(`kafka_eos: \d+ slots of .* ready`)
+
+// fatalLine matches the lines of a process stopping on a fatal error (a
+// fence): the error as Benthos logs it, and connect-eos' exit line.
+var fatalLine = regexp.MustCompile(`msg=".*fatal: |connect-eos: exit code 3 after a fatal error`)
+
+// stopping waits up to d until c exited or logged a fatal error, after which
+// it stops (draining for up to its shutdown_timeout first); its exit code
+// says how it stopped.
+func (c *copier) stopping(d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		if c.exited() || len(grepLines(c.logPath, fatalLine, 1)) > 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}

@@ -56,6 +56,12 @@ func TestMissedChaosFailsARunWithoutItsChaos(t *testing.T) {
 	if m := missedChaos(plan, all); len(m) != 0 {
 		t.Fatalf("a run where every round landed: %v", m)
 	}
+	// A try that idled, then one that was fenced: the zombie happened.
+	retried := all
+	retried.zombies, retried.zombieExits, retried.idleZombies, retried.zombieNudges = 2, []int{0, 3}, 1, 2
+	if m := missedChaos(plan, retried); len(m) != 0 {
+		t.Fatalf("a run whose second zombie try was fenced: %v", m)
+	}
 	for name, tc := range map[string]struct {
 		edit func(*stats)
 		want string
@@ -68,7 +74,11 @@ func TestMissedChaosFailsARunWithoutItsChaos(t *testing.T) {
 		"no zombie round":     {func(s *stats) { s.zombies, s.zombieExits = 0, nil }, "planned 1 zombie rounds, 0 happened"},
 		"zombie never fenced": {func(s *stats) { s.zombieExits, s.idleZombies = []int{0}, 1 }, "planned 1 zombies fenced (exit 3 after writing again), 0 happened"},
 		"zombie exit unknown": {func(s *stats) { s.zombieExits = nil }, "zombies fenced"},
-		"nothing at all":      {func(s *stats) { *s = stats{} }, "SIGKILLs"},
+		// The unbounded runs try the zombie round again when the woken
+		// process stayed idle: tries that all idled are no zombie.
+		"every try idle": {func(s *stats) { s.zombies, s.zombieExits, s.idleZombies, s.zombieNudges = 3, []int{0, 0, 0}, 3, 3 },
+			"planned 1 zombies fenced (exit 3 after writing again), 0 happened"},
+		"nothing at all": {func(s *stats) { *s = stats{} }, "SIGKILLs"},
 	} {
 		st := all
 		st.zombieExits = append([]int(nil), all.zombieExits...)
