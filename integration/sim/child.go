@@ -35,12 +35,13 @@ const ExitFatal = 3
 
 // childSpec is what an instance process needs from the harness.
 type childSpec struct {
-	Seed     uint64 // the plan is drawn again from it (the sim_source records)
-	Instance string // names the instance in the store's records
-	Store    string // the harness's HTTP address (state cache, source checkpoint, acks)
-	YAML     string // the stream
-	Shutdown time.Duration
-	Override string // Options.Override
+	Seed     uint64        // the plan is drawn again from it (the sim_source records)
+	Instance string        // names the instance in the store's records
+	Store    string        // the harness's HTTP address (state cache, source checkpoint, acks)
+	YAML     string        // the stream
+	Shutdown time.Duration // shutdown_timeout
+	Grace    time.Duration // how long past it a stop may still run (stopGrace)
+	Override string        // Options.Override
 }
 
 // ChildMain runs one pipeline instance in this process, as the connect-eos
@@ -93,11 +94,20 @@ func ChildMain(specJSON string) int {
 		fmt.Fprintf(os.Stderr, "sim child: %v\n", err)
 	}
 	// As the connect-eos binary (Benthos' CLI): a stop still running
-	// shutdown_timeout plus a second after it began (the stream's Stop
-	// overran its deadline) exits 1 with the goroutines dumped.
+	// stopGrace after shutdown_timeout (the stream's Stop overran its
+	// deadline) exits 1 with the goroutines dumped. A stop that returned
+	// disarms it: the process then exits with the stop's own code, however
+	// long the exit itself takes (under -race on a loaded machine, seconds).
+	var exitMu sync.Mutex
+	stopReturned := false
 	watchdog := func() {
 		go func() {
-			time.Sleep(spec.Shutdown + time.Second)
+			time.Sleep(spec.Shutdown + spec.Grace)
+			exitMu.Lock()
+			if stopReturned {
+				exitMu.Unlock()
+				return
+			}
 			fmt.Fprintln(os.Stderr, "sim child: failed to close cleanly within shutdown_timeout; exiting forcefully")
 			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 			os.Exit(1)
@@ -109,6 +119,9 @@ func ChildMain(specJSON string) int {
 	stopStream := func() error {
 		watchdog()
 		err := stream.StopWithin(spec.Shutdown)
+		exitMu.Lock()
+		stopReturned = true
+		exitMu.Unlock()
 		select {
 		case runErr := <-done:
 			return runErr

@@ -25,6 +25,18 @@ const (
 	sessionTimeout  = time.Second
 )
 
+// stopGrace is how long past shutdown_timeout an instance's stop may still
+// run before the instance is taken for hung (it exits 1 with its goroutines
+// dumped). Benthos' CLI allows one second; under -race on a loaded machine
+// the stream's own teardown after its deadline can take longer than that,
+// and a stop that never returns still shows.
+const stopGrace = 10 * time.Second
+
+// stopWait is how long the harness waits for an instance to exit after a
+// SIGTERM: past its shutdown_timeout and stopGrace, by which it exited on
+// its own or through its watchdog.
+const stopWait = shutdownTimeout + stopGrace + 10*time.Second
+
 // txnID is the transactional_id of member m (two members in k2k-members,
 // each with its own; a zombie shares its member's).
 func txnID(m int) string { return fmt.Sprintf("sim-%d", m) }

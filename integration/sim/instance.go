@@ -34,7 +34,7 @@ type instance struct {
 // startInstance starts an instance of member m named name.
 func startInstance(o Options, p Plan, brokers, storeAddr, name string, m int) (*instance, error) {
 	bin, dir := o.Bin, o.Dir
-	spec := childSpec{Seed: p.Seed, Instance: name, Store: storeAddr, YAML: streamYAML(p, brokers, name, m, o.LogLevel), Shutdown: shutdownTimeout, Override: o.Override}
+	spec := childSpec{Seed: p.Seed, Instance: name, Store: storeAddr, YAML: streamYAML(p, brokers, name, m, o.LogLevel), Shutdown: shutdownTimeout, Grace: stopGrace, Override: o.Override}
 	js, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err

@@ -25,7 +25,8 @@ type Options struct {
 	Bin string
 	// Dir receives the instances' logs.
 	Dir string
-	// Timeout bounds the run: a run still going then is a hang.
+	// Timeout bounds the run on an idle machine (stretched by the load,
+	// load.go): a run still going then is a hang.
 	Timeout time.Duration
 	// Trace narrates every request to the cluster and the error codes of
 	// its answer.
@@ -122,6 +123,7 @@ type runner struct {
 	zombied     map[int]bool // members that had a zombie
 	stoppingNow bool
 	fatalSince  time.Time
+	load        loadWatch // stretches the run's bounds
 }
 
 type timed struct {
@@ -157,7 +159,7 @@ func Run(seed uint64, o Options) Result {
 		res.Elapsed = time.Since(start)
 		return res
 	}
-	r.loop(start.Add(o.Timeout))
+	r.loop(start)
 	r.inj.arm(false)
 	r.stopAll()
 	r.check()
@@ -472,18 +474,19 @@ func (r *runner) restartAfter(m int, d time.Duration) {
 	r.timers = append(r.timers, timed{time.Now().Add(d), func() { r.restart(m) }})
 }
 
-// loop drives the run until it ends or the deadline passes.
-func (r *runner) loop(deadline time.Time) {
+// loop drives the run until it ends or its bound (Options.Timeout, stretched
+// by the load) passes.
+func (r *runner) loop(start time.Time) {
 	next := 0
 	for {
-		if time.Now().After(deadline) {
+		if bound := r.load.bound(r.o.Timeout); time.Since(start) > bound {
 			var running []string
 			for _, in := range r.all {
 				if !in.exited() {
 					running = append(running, in.name)
 				}
 			}
-			r.fail("hang: the run did not end within %s (progress %.2f, running %v; %s)%s", r.o.Timeout, r.progress(), running, r.state(), r.stallHint())
+			r.fail("hang: the run did not end within %s%s (progress %.2f, running %v; %s)%s", bound, &r.load, r.progress(), running, r.state(), r.stallHint())
 			return
 		}
 		if r.p.Mode.kafkaInput() {
@@ -615,8 +618,9 @@ func (r *runner) activeFatal() (ReqFault, bool) {
 	return ReqFault{}, false
 }
 
-// checkFatalBound fails the run when a fatal fault has hit for 20 s without
-// an instance stopping on it (retried forever), and lifts it.
+// checkFatalBound fails the run when a fatal fault has hit for 20 s
+// (stretched by the load) without an instance stopping on it (retried
+// forever), and lifts it.
 func (r *runner) checkFatalBound() {
 	f, ok := r.activeFatal()
 	if !ok {
@@ -626,8 +630,8 @@ func (r *runner) checkFatalBound() {
 		r.fatalSince = time.Now()
 		return
 	}
-	if time.Since(r.fatalSince) > 20*time.Second {
-		r.fail("the fatal fault %s hit, and no instance stopped on it within 20s", f)
+	if bound := r.load.bound(20 * time.Second); time.Since(r.fatalSince) > bound {
+		r.fail("the fatal fault %s hit, and no instance stopped on it within %s%s", f, bound, &r.load)
 		r.inj.liftFatal()
 	}
 }
@@ -688,8 +692,8 @@ func (r *runner) stopAll() {
 		if in.exited() {
 			continue
 		}
-		if !in.wait(shutdownTimeout + 10*time.Second) {
-			r.fail("%s did not stop within %s of a SIGTERM", in.name, shutdownTimeout+10*time.Second)
+		if !in.wait(stopWait) {
+			r.fail("%s did not stop within %s of a SIGTERM", in.name, stopWait)
 			in.kill()
 		}
 	}
@@ -725,7 +729,7 @@ func (r *runner) fire(e Event) {
 	case EvTerm:
 		in.signal(syscall.SIGTERM)
 		r.res.Stats.Terms++
-		d := shutdownTimeout + 10*time.Second
+		d := stopWait
 		if !in.wait(d) {
 			r.fail("%s did not stop within %s of a SIGTERM", in.name, d)
 			in.kill()

@@ -57,7 +57,8 @@ var knownFailures = map[uint64]string{
 //	SIM_PARALLEL=<n>      runs at once (default 2)
 //	SIM_KEEP=1            keep the logs of passing runs too
 //	SIM_DIR=<dir>         where the logs go (default a temporary directory)
-//	SIM_TIMEOUT=<d>       the hang bound of a run (default 45s)
+//	SIM_TIMEOUT=<d>       the hang bound of a run on an idle machine (default
+//	                      45s; stretched by the load, load.go)
 //	SIM_OVERRIDE=<spec>   change the drawn plans, for triage (see Override)
 //	SIM_LOG_LEVEL=debug   the instances' log level (default info)
 //	SIM_TRACE=1           narrate every request to the cluster and its answer's error codes
