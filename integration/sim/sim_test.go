@@ -43,7 +43,9 @@ var regressionSeeds = []uint64{
 // defect is fixed, then they come out of this list. Each names the defect it
 // fails on (the first one, when several).
 var knownFailures = map[uint64]string{
-	7:                   "zombie-writes", // now and then (15 records twice under -race on a loaded machine)
+	7:                   "zombie-writes",   // now and then (15 records twice under -race on a loaded machine)
+	34:                  "zombie-writes",   // now and then (dedupe, kafka_state, the zombie's rival crashed: 20 records twice)
+	2:                   "k2k-zombie-dups", // now and then (40 records twice, r540 after r639)
 	8926716080828376199: "batch-mates",
 	282:                 "batch-mates",
 	30:                  "members-oversized-stall",
