@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/handover"
+	"github.com/connect-eos/connect-eos/integration/kafkatest"
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -543,6 +544,12 @@ func TestMirrorDocShowsExample(t *testing.T) {
 // released in its name by the fence), the survivor is killed, and the
 // restarted one takes everything over, fencing the survivor. Every record
 // exactly once, in order.
+//
+// A member is killed only once the positions topic shows that it holds
+// partitions (a claim committed), and the records are written only once
+// the members it is to copy with hold theirs: a member killed before its
+// claim committed (a process slow to start on a loaded machine, while the
+// other copied alone) holds nothing, and nobody has a reason to fence it.
 func TestMirrorMembersKillNine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs child processes")
@@ -550,54 +557,118 @@ func TestMirrorMembersKillNine(t *testing.T) {
 	testMirrorMembersKillNine(t, newMirrorEnv(t, 4))
 }
 
+// memberChild is a member process of testMirrorMembersKillNine; done is
+// closed once it exited and was reaped.
+type memberChild struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+// exited reports whether the child exited.
+func (c *memberChild) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func testMirrorMembersKillNine(t *testing.T, e mirrorEnv) {
 	e.state = e.id + "kill-state"
-	const n = 3000
-	fillSource(t, e.a, e.src, 0, n)
+	// The copy in two parts: the first while a and b share the source
+	// until a is killed, the second once the restarted a shares it with b
+	// until b is killed. Each kill leaves most of its part to copy.
+	const first, n = 1500, 3000
+	const d = 3 * time.Minute // every wait: a loaded machine is slow, never wrong
+	writer := func(id string) string { return e.id + "kill-" + id }
 	member := func(id string) string {
-		y := e.mirrorMember(e.id+"kill-"+id, "child")
+		y := e.mirrorMember(writer(id), "child")
 		y = strings.Replace(y, "logger: { level: warn }", "logger: { level: info }", 1)
 		return strings.Replace(y, countYAML("child"), "", 1)
 	}
-	progress := func() int { return len(readCommittedNow(t, e.b, e.dst)) }
-	type child struct {
-		cmd *exec.Cmd
-		out *syncBuffer
+	start := func(id string) *memberChild {
+		c := &memberChild{name: id, cmd: exec.Command(os.Args[0], "-test.run=^$"), out: &syncBuffer{}, done: make(chan struct{})}
+		c.cmd.Env = append(os.Environ(), childEnv+"="+member(id))
+		c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+		if err := c.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_ = c.cmd.Wait()
+			close(c.done)
+		}()
+		t.Cleanup(func() {
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		})
+		return c
 	}
-	start := func(id string) child {
-		cmd, out := startChildEnv(t, member(id))
-		return child{cmd, out}
-	}
-	kill := func(name string, c child) {
-		_ = c.cmd.Process.Signal(syscall.SIGKILL)
-		_ = c.cmd.Wait()
-		logRecovery(t, name, c.out.String())
-	}
-	a, b := start("a"), start("b")
-	defer func() {
-		for _, c := range []child{a, b} {
-			if c.cmd.ProcessState == nil {
-				_ = c.cmd.Process.Kill()
-				_ = c.cmd.Wait()
+	// alive fails the test, with its output, if a child the test counts on
+	// exited.
+	alive := func(cs ...*memberChild) {
+		t.Helper()
+		for _, c := range cs {
+			if c.exited() {
+				t.Fatalf("member %s exited (%v) while the test counts on it:\n%s", c.name, c.cmd.ProcessState, c.out)
 			}
 		}
-	}()
-	waitCopied(t, e, n/5, 60*time.Second)
-	kill("a", a)
-	at := progress()
-	t.Logf("a killed at %d of %d", at, n)
-	wait(t, 90*time.Second, "b fences a to take its partitions over", func() bool {
-		return strings.Contains(b.out.String(), fmt.Sprintf(`writer \"%skill-a\" holds partitions`, e.id))
+	}
+	copied := func(want int, cs ...*memberChild) {
+		t.Helper()
+		wait(t, d, fmt.Sprintf("%d records in the target", want), func() bool {
+			alive(cs...)
+			return len(readCommittedNow(t, e.b, e.dst)) >= want
+		})
+	}
+	holding := func(cs ...*memberChild) {
+		t.Helper()
+		wait(t, d, "every running member holding partitions of the source", func() bool {
+			alive(cs...)
+			for _, c := range cs {
+				if heldBy(t, e, writer(c.name)) == 0 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	fenced := func(by *memberChild, id string) bool {
+		return strings.Contains(by.out.String(), fmt.Sprintf(`writer \"%s\" holds partitions`, writer(id)))
+	}
+	kill := func(c *memberChild) {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		<-c.done
+		logRecovery(t, c.name, c.out.String())
+	}
+	progress := func() int { return len(readCommittedNow(t, e.b, e.dst)) }
+
+	a, b := start("a"), start("b")
+	holding(a, b)
+	fillSource(t, e.a, e.src, 0, first)
+	copied(first/5, a, b)
+	kill(a)
+	t.Logf("a killed at %d of %d", progress(), first)
+	wait(t, d, "b fences a to take its partitions over", func() bool {
+		alive(b)
+		return fenced(b, "a")
 	})
-	waitCopied(t, e, at+n/5, 90*time.Second)
+	copied(first, b)
 	a = start("a")
-	at = progress()
-	waitCopied(t, e, at+n/10, 60*time.Second)
-	kill("b", b)
+	holding(a, b)
+	fillSource(t, e.a, e.src, first, n-first)
+	copied(first+(n-first)/5, a, b)
+	kill(b)
 	t.Logf("b killed at %d of %d", progress(), n)
-	waitCopied(t, e, n, 120*time.Second)
+	copied(n, a)
+	wait(t, d, "the restarted a fencing b to take its partitions over", func() bool {
+		alive(a)
+		return fenced(a, "b")
+	})
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	_ = a.cmd.Wait()
+	<-a.done
 	for _, l := range strings.Split(a.out.String()+b.out.String(), "\n") {
 		if !strings.Contains(l, "mirror:") && !strings.Contains(l, "level=warn") && !strings.Contains(l, "level=error") && !strings.Contains(l, "Assigned") && !strings.Contains(l, "Revoked") {
 			continue
@@ -607,10 +678,47 @@ func testMirrorMembersKillNine(t *testing.T, e mirrorEnv) {
 		}
 		t.Log(l)
 	}
-	if !strings.Contains(a.out.String(), fmt.Sprintf(`writer \"%skill-b\" holds partitions`, e.id)) {
-		t.Error("the restarted a did not fence b when it took b's partitions over")
-	}
 	checkMirror(t, e, n)
+}
+
+// heldBy returns how many source partitions writer holds (its latest word
+// on them a claim or a position) in the positions topic on B, as committed
+// now; none while the topic does not exist yet.
+func heldBy(t testing.TB, e mirrorEnv, writer string) int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.b...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, e.positions)
+	if err != nil {
+		t.Fatalf("metadata of the positions topic %s: %v", e.positions, err)
+	}
+	if !topics.Has(e.positions) {
+		return 0
+	}
+	ends, err := kafkatest.SettledEnds(ctx, cl, e.positions, 0)
+	if err != nil {
+		t.Fatalf("read_committed reader of %s: %v", e.positions, err)
+	}
+	byPart, err := kafkatest.ReadCommittedTo(ctx, cl, e.positions, ends)
+	if err != nil {
+		t.Fatalf("read_committed reader of %s: %v", e.positions, err)
+	}
+	var st txnstate.Positions
+	for _, p := range slices.Sorted(maps.Keys(byPart)) {
+		for _, r := range byPart[p] {
+			pr, err := txnstate.ParsePositionRecord(r.Key, r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.Apply(pr)
+		}
+	}
+	return len(st.Held(writer))
 }
 
 // TestMirrorConfig: what mirror mode refuses, as a lint rule (connect-eos
