@@ -24,6 +24,7 @@ import (
 	_ "github.com/redpanda-data/benthos/v4/public/components/pure"
 
 	"github.com/connect-eos/connect-eos/internal/kafkaconf"
+	"github.com/connect-eos/connect-eos/internal/retrynacks"
 )
 
 // Name is the component name the input is registered under.
@@ -344,8 +345,9 @@ func init() {
 				return nil, err
 			}
 			// Rejected batches are replayed until they are acknowledged, so
-			// the committed offset never passes one (see tracker.go).
-			return service.AutoRetryNacksBatched(in), nil
+			// the committed offset never passes one (see tracker.go); retrynacks
+			// keeps every rejected message of a replay that was narrowed.
+			return retrynacks.Wrap(in), nil
 		})
 	if err != nil {
 		panic(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/connect-eos/connect-eos/internal/fatal"
+	"github.com/connect-eos/connect-eos/internal/retrynacks"
 	"github.com/connect-eos/connect-eos/statecache"
 	// The project's components: kafka_native, kafka_eos, kafka_state.
 	_ "github.com/connect-eos/connect-eos/plugin"
@@ -203,7 +204,7 @@ func registerChildComponents(env *service.Environment, p Plan, st *storeClient) 
 		return err
 	}
 	if err := env.RegisterBatchInput("sim_source", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Resources) (service.BatchInput, error) {
-		return service.AutoRetryNacksBatched(newSimSource(p, st)), nil
+		return retrynacks.Wrap(newSimSource(p, st)), nil
 	}); err != nil {
 		return err
 	}
