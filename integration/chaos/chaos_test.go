@@ -60,6 +60,10 @@ type knobs struct {
 	// the group's offsets for good (KAFKA-5202, docs/exactly-once.md), a
 	// Kafka limitation that a multi-broker cluster does not have.
 	brokerKill9 bool
+	// zombieFirst: the zombie round comes first of the long rounds. The
+	// unbounded variant sets it: its zombie may need a second try while
+	// the copy still has records for it (see zombieMember in runChaos).
+	zombieFirst bool
 	// cluster: the cluster variant's rounds (cluster_test.go), none in
 	// the single-node runs.
 	cluster clusterKnobs
@@ -288,6 +292,9 @@ func (k knobs) plan(rng *rand.Rand) []event {
 	}
 	special = append(special, k.cluster.events()...)
 	rng.Shuffle(len(special), func(i, j int) { special[i], special[j] = special[j], special[i] })
+	if i := slices.Index(special, evZombie); k.zombieFirst && i > 0 {
+		special[0], special[i] = special[i], special[0]
+	}
 	// A transaction coordinator's kill -9 comes first of them: its failover
 	// is measured by the slot's next commit, which needs a copy still
 	// running (on a loaded machine the long rounds before it could let the
@@ -568,7 +575,7 @@ type stats struct {
 	unplanned                                         []string
 	zombieExits                                       []int
 	idleZombies                                       int
-	zombieNudges                                      int     // zombie rounds where the slot's new process stopped to hand the zombie partitions
+	zombieNudges                                      int     // zombie rounds where the other processes stopped to hand the zombie every partition
 	killsAt                                           []int64 // the copy's progress when each SIGKILL landed
 	cl                                                clusterStats
 	srcBounces                                        int // mirror: the bounces of the source cluster
@@ -607,6 +614,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 			k.processes = 2
 		}
 		k.brokerKill9 = os.Getenv("CHAOS_UNBOUNDED_BROKER_KILL9") == "1"
+		k.zombieFirst = true
 	}
 	// src is the cluster the input reads: the target's own except in
 	// mirror mode.
@@ -889,45 +897,82 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 	// and the round did not happen. So the old process wakes as soon as
 	// the new one is ready (its InitProducerID fenced the old producer),
 	// still the owner of its partitions, with what it fetched before it
-	// froze in flight. If it has not stopped on the fence within 20 s
-	// (its session ended first, or it owned nothing), the slot's new
-	// process stops (SIGTERM, leaving the group) so that the group hands
-	// its partitions to the old one, which must then be refused; if even
-	// that finds it idle (the copy at the gate), it is stopped and the
-	// round is tried again on a process picked afresh, while the copy is
-	// short of the gate (3 tries). The verdict (missedChaos) counts the
-	// zombies that exited 3, never the tries.
+	// froze in flight. If it has not stopped on the fence within 20 s (5 s
+	// after it logged its partitions lost: its session ended first), or
+	// it owned nothing with records left, every other process stops
+	// (SIGTERM, leaving the group) so that the group hands every
+	// partition to the old one, which must then be refused; if even that
+	// finds it idle (the copy at the gate), it is
+	// stopped and the round is tried again on a process picked afresh,
+	// while the copy is short of the gate (3 tries). The verdict
+	// (missedChaos) counts the zombies that exited 3, never the tries.
 	zombieMember := func(round, i int) {
 		for try := 1; ; try++ {
+			// The new process starts first and the old one freezes once
+			// the new one runs: frozen only while the new one's output
+			// connects (a start under load can take longer than the
+			// session).
 			old := cur[i]
-			_ = old.signal(syscall.SIGSTOP)
 			start(i)
+			cur[i].waitRunning(60 * time.Second)
+			_ = old.signal(syscall.SIGSTOP)
 			for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && !cur[i].exited(); time.Sleep(50 * time.Millisecond) {
 				if len(grepLines(cur[i].logPath, slotsReadyLine, 1)) > 0 {
 					break
 				}
 			}
+			woke := old.logSize()
 			_ = old.signal(syscall.SIGCONT)
 			st.zombies++
 			t.Logf("round %d: zombie %d.%d woken once %d.%d was ready (try %d)", round+1, old.slot, old.gen, i, cur[i].gen, try)
-			if old.stopping(20 * time.Second) {
+			// Fenced: it stops. Its session ended while it was frozen
+			// (it lost its partitions): it gets 5 s more to be handed
+			// one with records left, 20 s in all.
+			fenced := false
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				if old.exited() || old.loggedSince(0, fatalLine) {
+					fenced = true
+					break
+				}
+				if time.Now().After(deadline) {
+					break
+				}
+				if lost := time.Now().Add(5 * time.Second); lost.Before(deadline) && old.loggedSince(woke, lostLine) {
+					deadline = lost
+				}
+			}
+			if fenced {
 				zombies = append(zombies, old) // its exit code is checked at the end
 				return
 			}
 			st.zombieNudges++
-			nudged := cur[i]
-			t.Logf("round %d: zombie %d.%d has not written since it woke: %d.%d stops (SIGTERM) so that the group hands its partitions to the zombie", round+1, old.slot, old.gen, i, nudged.gen)
-			nudged.waitRunning(60 * time.Second)
-			_ = nudged.signal(syscall.SIGTERM)
-			code, err := nudged.wait(90 * time.Second)
-			if err != nil {
-				t.Fatalf("zombie round: process %d.%d did not stop within 90s of a SIGTERM (logs in %s)", i, nudged.gen, logDir)
+			// Every other member leaves the group (SIGTERM): the zombie,
+			// alone, is handed every partition, and any records left
+			// before the gate make it write.
+			var others []int
+			for j, cp := range cur {
+				if !cp.exited() {
+					others = append(others, j)
+				}
 			}
-			if code != 0 {
-				t.Errorf("zombie round: process %d.%d exited %d after a SIGTERM, want 0 (a graceful stop)", i, nudged.gen, code)
+			t.Logf("round %d: zombie %d.%d has not written since it woke: the other members (slots %v) stop (SIGTERM) so that the group hands it every partition", round+1, old.slot, old.gen, others)
+			for _, j := range others {
+				cur[j].waitRunning(60 * time.Second)
+				_ = cur[j].signal(syscall.SIGTERM)
 			}
-			fenced := old.stopping(60 * time.Second)
-			start(i)
+			for _, j := range others {
+				code, err := cur[j].wait(90 * time.Second)
+				if err != nil {
+					t.Fatalf("zombie round: process %d.%d did not stop within 90s of a SIGTERM (logs in %s)", j, cur[j].gen, logDir)
+				}
+				if code != 0 {
+					t.Errorf("zombie round: process %d.%d exited %d after a SIGTERM, want 0 (a graceful stop)", j, cur[j].gen, code)
+				}
+			}
+			fenced = old.stopping(60 * time.Second)
+			for _, j := range others {
+				start(j)
+			}
 			if fenced {
 				zombies = append(zombies, old)
 				return
@@ -940,7 +985,7 @@ func runChaos(t *testing.T, k knobs, b *broker, bin, mode, variant string, seed 
 			}
 			t.Logf("round %d: zombie %d.%d still idle: stopping it, another try", round+1, old.slot, old.gen)
 			_ = old.signal(syscall.SIGTERM)
-			code, err = old.wait(90 * time.Second)
+			code, err := old.wait(90 * time.Second)
 			if err != nil {
 				t.Fatalf("zombie: process %d.%d did not stop within 90s of a SIGTERM", old.slot, old.gen)
 			}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -199,4 +200,39 @@ func (c *copier) stopping(d time.Duration) bool {
 			return false
 		}
 	}
+}
+
+// lostLine matches the input's log line when the group took the process's
+// partitions away because its session ended (kafka_native with
+// group_membership).
+var lostLine = regexp.MustCompile(`msg="Lost map\[`)
+
+// logSize is the length of the process's log so far.
+func (c *copier) logSize() int64 {
+	fi, err := os.Stat(c.logPath)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// loggedSince reports whether a line of the process's log from offset off on
+// matches re.
+func (c *copier) loggedSince(off int64, re *regexp.Regexp) bool {
+	f, err := os.Open(c.logPath)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return false
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if re.MatchString(sc.Text()) {
+			return true
+		}
+	}
+	return false
 }

@@ -39,6 +39,20 @@ func TestPlan(t *testing.T) {
 	if count[evBrokerClean] != 3 || count[evBrokerHard] != 0 || count[evKill] != 3 {
 		t.Fatalf("plan without brokerKill9: %v", count)
 	}
+	// zombieFirst (the unbounded variant): the zombie is the first round
+	// that is not a SIGKILL.
+	for seed := range uint64(50) {
+		k := knobs{kills: 3, sigterms: 1, brokerRestarts: 2, zombies: 1, zombieFirst: true}
+		evs := k.plan(rand.New(rand.NewPCG(seed, seed)))
+		for _, e := range evs {
+			if e != evKill {
+				if e != evZombie {
+					t.Fatalf("seed %d: zombieFirst plan %v", seed, evs)
+				}
+				break
+			}
+		}
+	}
 	// CI: 3 kills, 1 SIGTERM, 2 bounces, 1 zombie.
 	k = knobs{kills: 3, sigterms: 1, brokerRestarts: 2, zombies: 1, brokerKill9: true}
 	if evs := k.plan(rand.New(rand.NewPCG(1, 1))); len(evs) != 7 {
