@@ -34,7 +34,7 @@ var regressionSeeds = []uint64{
 	1023,                // dlq-batching-dups
 	1065,                // dlq-batching-dups
 	8926716080828376199, // batch-mates again (plain mode, Produce faults, no event), not fixed yet
-	282,                 // batch-mates: Benthos' AutoRetryNacksBatched drops a message when a narrowed replay is rejected per message again (intermittent), not fixed yet
+	282,                 // batch-mates: Benthos' AutoRetryNacksBatched drops a message when a narrowed replay is rejected per message again (intermittent), fixed by internal/retrynacks
 	2630270121561816472, // batch-mates: dedupe, a restart replays a batch whose writable messages committed: its held-back ones were not owed
 }
 
@@ -48,7 +48,6 @@ var knownFailures = map[uint64]string{
 	36:                  "zombie-writes",   // now and then (dedupe, kafka_state, the zombie's rival crashed: 58 records twice)
 	2:                   "k2k-zombie-dups", // now and then (40 records twice, r540 after r639)
 	8926716080828376199: "batch-mates",
-	282:                 "batch-mates",
 	30:                  "members-oversized-stall",
 	32:                  "k2k-stall",
 }
