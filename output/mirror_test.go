@@ -92,7 +92,7 @@ func fillSource(t testing.TB, brokers []string, topic string, from, n int) []*kg
 		}
 		recs[j] = r
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
 	defer cancel()
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -145,6 +145,11 @@ func (e mirrorEnv) cacheYAML() string {
 	return fmt.Sprintf("cache_resources:\n  - label: state\n    kafka_state:\n      seed_brokers: [ %s ]\n      topic: %s\n", strings.Join(e.b, ","), e.state)
 }
 
+// mirrorDeadline bounds every wait of the mirror tests for a condition (a
+// stream's end, records copied, a fence): generous, since a loaded machine
+// is slow, which is never a verdict.
+const mirrorDeadline = 3 * time.Minute
+
 // bounded makes the input read to the source's end and stop.
 const bounded = "    stop_offset: latest\n"
 
@@ -185,7 +190,7 @@ func stableOffsets(t testing.TB, brokers []string, topic string) map[int32]int64
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	lsos, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
 	if err != nil {
@@ -290,7 +295,7 @@ func TestMirrorCopyAndResume(t *testing.T) { testMirrorCopyAndResume(t, newMirro
 func testMirrorCopyAndResume(t *testing.T, e mirrorEnv) {
 	fillSource(t, e.a, e.src, 0, 200)
 	run1, run2 := runName(t, "1"), runName(t, "2")
-	runStream(t, e.mirrorYAML(e.id+"resume", bounded, "", countYAML(run1)), 60*time.Second)
+	runStream(t, e.mirrorYAML(e.id+"resume", bounded, "", countYAML(run1)), mirrorDeadline)
 	checkMirror(t, e, 200)
 	if got := len(seen(run1)); got != 200 {
 		t.Fatalf("first run read %d records, want 200", got)
@@ -301,7 +306,7 @@ func testMirrorCopyAndResume(t *testing.T, e mirrorEnv) {
 			t.Fatalf("partition %d: position %d (%v), want the end %d", p, n, ok, end)
 		}
 	}
-	wait(t, 10*time.Second, "the group's offsets on A", func() bool {
+	wait(t, mirrorDeadline, "the group's offsets on A", func() bool {
 		offs := groupOffsets(t, e.a, e.group, e.src)
 		for p, end := range sourceEnds(t, e) {
 			if offs[p] != end {
@@ -312,7 +317,7 @@ func testMirrorCopyAndResume(t *testing.T, e mirrorEnv) {
 	})
 
 	fillSource(t, e.a, e.src, 200, 60)
-	runStream(t, e.mirrorYAML(e.id+"resume", bounded, "", countYAML(run2)), 60*time.Second)
+	runStream(t, e.mirrorYAML(e.id+"resume", bounded, "", countYAML(run2)), mirrorDeadline)
 	checkMirror(t, e, 260)
 	if got := len(seen(run2)); got != 60 {
 		t.Fatalf("second run read %d records from A, want the 60 new ones", got)
@@ -325,10 +330,10 @@ func TestMirrorArrow(t *testing.T) { testMirrorArrow(t, newMirrorEnv(t, 2)) }
 
 func testMirrorArrow(t *testing.T, e mirrorEnv) {
 	fillSource(t, e.a, e.src, 0, 150)
-	runStream(t, e.mirrorYAML(e.id+"arrow", bounded+"    format: arrow\n", "", ""), 60*time.Second)
+	runStream(t, e.mirrorYAML(e.id+"arrow", bounded+"    format: arrow\n", "", ""), mirrorDeadline)
 	checkMirror(t, e, 150)
 	fillSource(t, e.a, e.src, 150, 40)
-	runStream(t, e.mirrorYAML(e.id+"arrow", bounded+"    format: arrow\n", "", ""), 60*time.Second)
+	runStream(t, e.mirrorYAML(e.id+"arrow", bounded+"    format: arrow\n", "", ""), mirrorDeadline)
 	checkMirror(t, e, 190)
 }
 
@@ -412,8 +417,8 @@ func testMirrorCrash(t *testing.T, env func(t *testing.T) mirrorEnv) {
 			case <-crashed:
 			case err := <-done:
 				t.Fatalf("the stream ended before the crash: %v", err)
-			case <-time.After(60 * time.Second):
-				t.Fatal("no crash within 60s")
+			case <-time.After(mirrorDeadline):
+				t.Fatalf("no crash within %v", mirrorDeadline)
 			}
 			testOutputHook = nil
 			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -424,7 +429,7 @@ func testMirrorCrash(t *testing.T, env func(t *testing.T) mirrorEnv) {
 				t.Fatalf("the first run read everything (%d) before its crash", len(atCrash))
 			}
 
-			runStream(t, e.mirrorYAML(e.id+"crash", bounded, "", countYAML(run2)), 60*time.Second)
+			runStream(t, e.mirrorYAML(e.id+"crash", bounded, "", countYAML(run2)), mirrorDeadline)
 			checkMirror(t, e, n)
 			again := 0
 			for k := range seen(run2) {
@@ -499,14 +504,14 @@ func testMirrorMembersRebalance(t *testing.T, e mirrorEnv) {
 	}
 	a := buildStream(t, e.mirrorMember(e.id+"member-a", t.Name()+"/a"))
 	aDone := run(a)
-	waitCopied(t, e, n/10, 60*time.Second)
+	waitCopied(t, e, n/10, mirrorDeadline)
 	b := buildStream(t, e.mirrorMember(e.id+"member-b", t.Name()+"/b"))
 	bDone := run(b)
 	at := len(readCommittedNow(t, e.b, e.dst))
-	waitCopied(t, e, at+n/10, 60*time.Second)
+	waitCopied(t, e, at+n/10, mirrorDeadline)
 	t.Logf("a leaves at %d of %d", len(readCommittedNow(t, e.b, e.dst)), n)
 	stop(a, aDone)
-	waitCopied(t, e, n, 120*time.Second)
+	waitCopied(t, e, n, mirrorDeadline)
 	stop(b, bDone)
 	checkMirror(t, e, n)
 	mu.Lock()
@@ -582,7 +587,7 @@ func testMirrorMembersKillNine(t *testing.T, e mirrorEnv) {
 	// until a is killed, the second once the restarted a shares it with b
 	// until b is killed. Each kill leaves most of its part to copy.
 	const first, n = 1500, 3000
-	const d = 3 * time.Minute // every wait: a loaded machine is slow, never wrong
+	const d = mirrorDeadline
 	writer := func(id string) string { return e.id + "kill-" + id }
 	member := func(id string) string {
 		y := e.mirrorMember(writer(id), "child")
@@ -802,7 +807,7 @@ func sourceBatch(e mirrorEnv, p int32, from int64, n int) service.MessageBatch {
 
 func claim(t *testing.T, o *output, e mirrorEnv, parts ...int32) map[int32]int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
 	defer cancel()
 	got, err := o.mirror.positions(ctx, handover.PositionsRequest{Partitions: map[string][]int32{e.src: parts}, PartitionCounts: map[string]int32{e.src: 3}, Generation: 1})
 	if err != nil {
@@ -842,7 +847,7 @@ func TestMirrorClaimFencesHolder(t *testing.T) {
 	if err := x.WriteBatch(ctx, sourceBatch(e, 0, 5, 5)); err == nil {
 		t.Fatal("the fenced writer committed an epoch")
 	}
-	wait(t, 30*time.Second, "x stopped by the fence", func() bool { return fc.err() != nil })
+	wait(t, mirrorDeadline, "x stopped by the fence", func() bool { return fc.err() != nil })
 	y.StartAt(map[string]map[int32]int64{e.src: {0: 5}})
 	if err := y.WriteBatch(ctx, sourceBatch(e, 0, 5, 5)); err != nil {
 		t.Fatal(err)
@@ -884,7 +889,7 @@ func TestMirrorConcurrentClaim(t *testing.T) {
 	if err := x.WriteBatch(ctx, sourceBatch(e, 1, 0, 3)); err == nil {
 		t.Fatal("x, fenced by y's claim, committed an epoch")
 	}
-	wait(t, 30*time.Second, "x stopped by the fence", func() bool { return fc.err() != nil })
+	wait(t, mirrorDeadline, "x stopped by the fence", func() bool { return fc.err() != nil })
 	if got := readCommitted(t, e.b, e.dst); len(got) != 0 {
 		t.Fatalf("target %v, want nothing of x", got)
 	}
@@ -896,16 +901,16 @@ func TestMirrorConcurrentClaim(t *testing.T) {
 func TestMirrorStartBelowPositions(t *testing.T) {
 	e := newMirrorEnv(t, 3)
 	fillSource(t, e.a, e.src, 0, 60)
-	runStream(t, e.mirrorYAML(e.id+"below", bounded, "", ""), 60*time.Second)
+	runStream(t, e.mirrorYAML(e.id+"below", bounded, "", ""), mirrorDeadline)
 	checkMirror(t, e, 60)
 	fc, restore := catchFatal()
 	defer restore()
 	y := strings.Replace(e.mirrorYAML(e.id+"below", bounded, "", ""), "start_offset: committed", "start_offset: earliest", 1)
 	s := buildStream(t, y)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
 	defer cancel()
 	go func() { _ = s.Run(ctx) }()
-	wait(t, 30*time.Second, "the stop", func() bool { return fc.err() != nil })
+	wait(t, mirrorDeadline, "the stop", func() bool { return fc.err() != nil })
 	if err := fc.err(); !strings.Contains(err.Error(), "start_offset: committed") {
 		t.Fatalf("stopped with %v, want an error naming start_offset", err)
 	}
