@@ -460,9 +460,13 @@ func testMirrorCrash(t *testing.T, env func(t *testing.T) mirrorEnv) {
 }
 
 // mirrorMember is the YAML of one member of an unbounded mirror sharing the
-// source's partitions through group_membership.
+// source's partitions through group_membership. Its revoke_ack_timeout is
+// generous (20s, under half the default rebalance_timeout of 1m): a member
+// whose revoke outlives it releases nothing, and its partitions' next owner
+// fences it, which stops it; on a loaded machine a clean rebalance must stay
+// clean.
 func (e mirrorEnv) mirrorMember(txnID, run string) string {
-	return e.mirrorYAML(txnID, "    stop_offset: none\n    group_membership: true\n    session_timeout: 6s\n    heartbeat_interval: 500ms\n    revoke_ack_timeout: 5s\n", "", countYAML(run)+"    - sleep: { duration: 1ms }\n")
+	return e.mirrorYAML(txnID, "    stop_offset: none\n    group_membership: true\n    session_timeout: 6s\n    heartbeat_interval: 500ms\n    revoke_ack_timeout: 20s\n", "", countYAML(run)+"    - sleep: { duration: 1ms }\n")
 }
 
 // waitCopied waits until the target holds n records (read_committed).
@@ -495,7 +499,7 @@ func testMirrorMembersRebalance(t *testing.T, e mirrorEnv) {
 		return done
 	}
 	stop := func(s *service.Stream, done chan error) {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
 		defer cancel()
 		if err := s.Stop(sctx); err != nil {
 			t.Logf("stop: %v", err)
