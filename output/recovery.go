@@ -146,7 +146,22 @@ func (o *output) observe(ctx context.Context, r txnstate.Record) (txnstate.Outco
 	if err != nil {
 		return txnstate.Unknown, err
 	}
-	if out := txnstate.Decide(r, obs); out != txnstate.Unknown {
+	out := txnstate.Decide(r, obs)
+	if out == txnstate.StillOpen && r.TxnVersion == txnstate.TV0 && o.conf.mode == txnstate.KafkaToKafka {
+		// Under TV0 a slot keeps its producer epoch from one transaction
+		// to the next, so Ongoing at the stored one does not say which
+		// epoch is open: a previous owner still running (a zombie that
+		// woke up) may have committed r's epoch since this record was
+		// read, and opened a later one on the slot. The probe tells r's
+		// own records apart: committed or aborted is exact; still
+		// undecided, r's epoch is the open one, and Resolve aborts it
+		// (resuming could commit a later epoch without its offsets).
+		if p, err := o.probe(ctx, r); err == nil && p != txnstate.Unknown {
+			return p, nil
+		}
+		return out, nil
+	}
+	if out != txnstate.Unknown {
 		return out, nil
 	}
 	return o.probe(ctx, r)
