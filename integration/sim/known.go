@@ -87,15 +87,26 @@ var Defects = []Defect{
 	},
 	{
 		Name: "k2k-zombie-dups",
-		What: "kafka_eos Kafka-to-Kafka (seen once, cause not confirmed): max_in_flight 8, kafka_state, a zombie " +
-			"whose rival is stopped (SIGTERM) while it starts; the rival's recovery resumes and commits the " +
-			"zombie's open epoch, the woken zombie is fenced, and the next instance reads on from the group's " +
-			"offsets: 40 records written twice and a partition out of order (records committed past ones " +
-			"that were not, which were then replayed)",
+		What: "kafka_eos recovery, Kafka-to-Kafka under transaction version 0: a rival's recovery resumed " +
+			"(committed) an in-doubt epoch it saw Ongoing at its stored producer id and epoch, which a zombie " +
+			"still running had committed before opening a later one on the slot (the slot keeps its producer " +
+			"epoch across transactions): the later epoch's records were committed without their offsets and " +
+			"copied again by the next owner (records twice, a partition out of order)",
 		Match: func(r Result, f string) bool {
 			p := r.Plan
 			return p.Mode.k2k() && p.MaxInFlight > 1 && r.Stats.Zombies > 0 &&
 				(strings.HasPrefix(f, "duplicated in an end-to-end mode") || strings.HasPrefix(f, "order: in partition"))
+		},
+	},
+	{
+		Name: "zombie-commit-after-observe",
+		What: "kafka_eos (seen once, cause not confirmed): plain mode, kafka_state, transaction version 0, a " +
+			"zombie whose rival crashed: the instance started after the crash observed the zombie's epoch " +
+			"open and decided abort-open, and the broker's log has that epoch committed (the woken zombie's " +
+			"commit landing between the observation and the fence, it seems): the state records an abort " +
+			"the broker does not have",
+		Match: func(r Result, f string) bool {
+			return r.Stats.Zombies > 0 && strings.Contains(f, "recovery decided") && strings.Contains(f, "abort-open, but the broker's log says committed")
 		},
 	},
 	{
