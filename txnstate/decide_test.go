@@ -177,6 +177,7 @@ func TestClassifyFence(t *testing.T) {
 
 func TestResolve(t *testing.T) {
 	r := func(epoch uint64) Record { x := rec(TV0, 1, 1); x.Epoch = epoch; return x }
+	r2 := func(epoch uint64) Record { x := rec(TV2, 1, 1); x.Epoch = epoch; return x }
 	type want struct {
 		epoch  uint64
 		action Action
@@ -192,12 +193,13 @@ func TestResolve(t *testing.T) {
 		{"committed", Plain, NoOverride, []InDoubt{{r(1), FoundCommitted}}, []want{{1, MarkCommitted}}, nil},
 		{"aborted", Plain, NoOverride, []InDoubt{{r(1), FoundAborted}}, []want{{1, MarkAborted}}, nil},
 		{"open plain aborts", Plain, NoOverride, []InDoubt{{r(1), StillOpen}}, []want{{1, AbortOpen}}, nil},
-		{"open k2k resumes", KafkaToKafka, NoOverride, []InDoubt{{r(1), StillOpen}}, []want{{1, ResumeCommit}}, nil},
+		{"open k2k tv0 aborts", KafkaToKafka, NoOverride, []InDoubt{{r(1), StillOpen}}, []want{{1, AbortOpen}}, nil},
+		{"open k2k tv2 resumes", KafkaToKafka, NoOverride, []InDoubt{{r2(1), StillOpen}}, []want{{1, ResumeCommit}}, nil},
 		{"open dedupe resumes", Dedupe, NoOverride, []InDoubt{{r(1), StillOpen}}, []want{{1, ResumeCommit}}, nil},
 		{"unknown stops", Plain, NoOverride, []InDoubt{{r(1), Unknown}}, []want{{1, Stop}}, nil},
 		{"unknown forced committed", Plain, ForceCommitted, []InDoubt{{r(1), Unknown}}, []want{{1, MarkCommitted}}, nil},
 		{"unknown forced aborted", Plain, ForceAborted, []InDoubt{{r(1), Unknown}}, []want{{1, MarkAborted}}, nil},
-		{"in epoch order: committed then open", KafkaToKafka, NoOverride,
+		{"in epoch order: committed then open", Dedupe, NoOverride,
 			[]InDoubt{{r(5), StillOpen}, {r(4), FoundCommitted}}, []want{{4, MarkCommitted}, {5, ResumeCommit}}, nil},
 		{"after aborted everything aborts", KafkaToKafka, NoOverride,
 			[]InDoubt{{r(3), StillOpen}, {r(1), FoundAborted}, {r(2), Unknown}, {r(4), FoundAborted}},

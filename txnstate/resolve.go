@@ -16,8 +16,9 @@ const (
 	// replays its batches (at-least-once across a crash, atomic epochs).
 	Plain Mode = iota
 	// KafkaToKafka: records plus consumer-group offsets in the same
-	// transaction. An open in-doubt epoch is resumed (committed): it saves
-	// the replay, and offsets move only with the commit.
+	// transaction. An open in-doubt epoch is resumed (committed) under
+	// transaction version 2: it saves the replay, and offsets move only
+	// with the commit. Under version 0 it is aborted (see Resolve).
 	KafkaToKafka
 	// Dedupe: records plus dedupe positions. An open in-doubt epoch is
 	// resumed: the input will not replay what its positions cover.
@@ -106,8 +107,8 @@ var ErrContradiction = errors.New("txnstate: epoch committed after an earlier ab
 
 // Resolve decides every in-doubt epoch in epoch order. After the first
 // aborted epoch everything later is aborted (a later epoch never commits over
-// an earlier failed one); an open epoch is aborted in plain mode and resumed
-// otherwise; an unknown one stops recovery unless overridden, and so does
+// an earlier failed one); an open epoch is aborted in plain mode and in
+// Kafka-to-Kafka mode under transaction version 0, and resumed otherwise; an unknown one stops recovery unless overridden, and so does
 // every later one (its fate depends on the earlier one's). A later epoch
 // found committed after an aborted one is a contradiction: Stop and an error
 // wrapping ErrContradiction.
@@ -150,9 +151,20 @@ func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 			case FoundAborted:
 				dec.Action, dec.Reason = MarkAborted, "found aborted"
 			case StillOpen:
-				if mode == Plain {
+				switch {
+				case mode == Plain:
 					dec.Action, dec.Reason = AbortOpen, "open at restart; plain mode aborts (the input replays)"
-				} else {
+				case mode == KafkaToKafka && d.Record.TxnVersion == TV0:
+					// Under TV0 a slot keeps its producer epoch from one
+					// transaction to the next: Ongoing at the stored one
+					// may be a later epoch of the slot's previous owner,
+					// still running (a zombie), opened after this record
+					// was read. A raw EndTxn(commit) would commit that
+					// epoch's records without its offsets, over the
+					// epochs before it. Aborting is exact either way:
+					// the offsets move only with a commit.
+					dec.Action, dec.Reason = AbortOpen, "open at restart; Kafka-to-Kafka under transaction version 0 aborts (the open transaction may be a later epoch of a previous owner still running; the input replays from the group's offsets)"
+				default:
 					dec.Action, dec.Reason = ResumeCommit, "open at restart; resumed"
 				}
 			default:
