@@ -240,7 +240,10 @@ reset_offset resolved) before it delivers any batch of it, so every epoch carrie
 its offsets from a partition's first record on, whether or not the group has
 committed anything. At start the input
 waits for the output's recovery before it reads the committed offsets; an epoch
-left in doubt is resumed (committed) when it is still open. Every member of the
+left in doubt and still open is resumed (committed) under transaction version 2;
+under version 0 it is aborted and its records are copied again from the group's
+offsets (there the producer epoch does not move between a slot's transactions, so
+the open transaction may be a later one of a previous owner still running). Every member of the
 group should read with `+"`isolation_level: read_committed`"+`. A batch that reaches the output
 ahead of its partition's contiguous run (several pipeline threads or batches in
 flight reorder them) waits until the batch before it joined an epoch, was
