@@ -177,3 +177,28 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyLimits: the fixed set lets a run pass on limitations only, never
+// on a defect of the product or a failure nothing explains.
+func TestOnlyLimits(t *testing.T) {
+	hang := "hang: the run did not end within 45s"
+	loop := Result{Plan: Plan{Mode: ModeK2K}, Stats: Stats{KfakeUnknown: 3}, Failures: []string{hang}}
+	if !OnlyLimits(loop) {
+		t.Errorf("a hang with in-doubt stops on kfake: want limitation only")
+	}
+	plainZombie := Result{Plan: Plan{Mode: ModePlainKafka}, Stats: Stats{Zombies: 1}, Failures: []string{"the committed offset of in/2 moved backwards from 65 to 62"}}
+	if !OnlyLimits(plainZombie) {
+		t.Errorf("plain mode's woken zombie moving the group back: want limitation only")
+	}
+	for name, r := range map[string]Result{
+		"ok":                   {Plan: Plan{Mode: ModeK2K}},
+		"hang, no kfake":       {Plan: Plan{Mode: ModeK2K}, Failures: []string{hang}},
+		"loop and a loss":      {Plan: Plan{Mode: ModeK2K}, Stats: Stats{KfakeUnknown: 3}, Failures: []string{hang, "lost: 3 records"}},
+		"loop and new":         {Plan: Plan{Mode: ModeK2K}, Stats: Stats{KfakeUnknown: 3}, Failures: []string{hang, "something nobody has seen"}},
+		"backwards, no zombie": {Plan: Plan{Mode: ModePlainKafka}, Failures: []string{"the committed offset of in/2 moved backwards from 65 to 62"}},
+	} {
+		if OnlyLimits(r) {
+			t.Errorf("%s: OnlyLimits = true, want false", name)
+		}
+	}
+}
