@@ -27,10 +27,11 @@ import (
 //	             carries another epoch (whose PREPARE overwrites the slot's
 //	             record).
 //
-// At start, after recovery resolved the in-doubt epochs, the committed
-// positions are P/positions max-merged with the positions of every slot
-// record in state COMMITTED (a crash between COMMITTED and the P/positions
-// write loses nothing).
+// At start, after recovery resolved the in-doubt epochs and every slot was
+// initialised (afterFence resolved what a previous owner still running
+// prepared meanwhile), the committed positions are P/positions max-merged
+// with the positions of every slot record in state COMMITTED (a crash
+// between COMMITTED and the P/positions write loses nothing).
 
 // ErrAwaitingReplay is wrapped by the error of a batch nacked because it
 // reached the output before the replay of an aborted epoch's positions of the

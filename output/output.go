@@ -159,8 +159,10 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 }
 
 // Connect recovers in-doubt epochs from the state cache, then initialises
-// every slot (pre-warming the pool) and aborts lingering transactions of
-// orphaned slots. Nothing is produced before it returns nil.
+// every slot (pre-warming the pool), aborts lingering transactions of
+// orphaned slots, and reads the state cache again for what a previous owner
+// still running committed before that fence (afterFence). Nothing is
+// produced before it returns nil.
 func (o *output) Connect(ctx context.Context) error {
 	o.mu.Lock()
 	err := o.classifyConnectErr(o.connectLocked(ctx))
@@ -224,6 +226,9 @@ func (o *output) connectLocked(ctx context.Context) error {
 		return err
 	}
 	o.inDoubtAttempts = 0
+	if o.hooks != nil && o.hooks.afterRecover != nil {
+		o.hooks.afterRecover()
+	}
 	slots := make([]*slot, o.conf.poolSize)
 	for n := range slots {
 		id := txnstate.SlotID(o.conf.transactionalID, n)
@@ -243,6 +248,12 @@ func (o *output) connectLocked(ctx context.Context) error {
 		}
 	}
 	if err := o.abortOrphans(ctx, rec); err != nil {
+		for _, s := range slots {
+			s.cl.Close()
+		}
+		return err
+	}
+	if err := o.afterFence(ctx, &rec, slots); err != nil {
 		for _, s := range slots {
 			s.cl.Close()
 		}

@@ -167,6 +167,98 @@ func (o *output) observe(ctx context.Context, r txnstate.Record) (txnstate.Outco
 	return o.probe(ctx, r)
 }
 
+// afterFence runs once every slot of the pool is initialised and the orphaned
+// slots' transactions aborted: from then on no earlier owner of the
+// transactional_id can commit anything. Until then it could: an instance
+// that stalled and wakes up while this one starts (a zombie not fenced yet)
+// goes on preparing and committing epochs after recover read the state cache,
+// on each slot until this instance's InitProducerID of that slot. recover saw
+// none of them; their epoch numbers and, in dedupe mode, their positions must
+// count (else the input's replay of what they wrote is written again).
+//
+// So the state cache is read again, to its current end (a PREPARE is durable
+// before its EndTxn, and that EndTxn came before the fence), the next epoch
+// is raised past every stored one, and in dedupe mode every record still
+// PREPARED is resolved as recovery does, in epoch order. Nothing is open on
+// the pool's slots any more, so the outcome is committed or aborted (or
+// unknown, which stops the start as in recover); its decision is written with
+// this instance's token of the slot, so the zombie's later writes lose.
+func (o *output) afterFence(ctx context.Context, rec *recovered, slots []*slot) error {
+	if err := o.store.sync(ctx); err != nil {
+		return err
+	}
+	hw, err := o.store.slotsHighWater(ctx)
+	if err != nil {
+		return err
+	}
+	limit := max(hw, o.conf.poolSize)
+	var inDoubt []txnstate.InDoubt
+	slotOf := map[uint64]int{}
+	for n := 0; ; n++ {
+		r, ok, err := o.store.readSlot(ctx, n)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if n >= limit {
+				break
+			}
+			continue
+		}
+		if r.Epoch >= rec.nextEpoch {
+			rec.nextEpoch = r.Epoch + 1
+		}
+		if r.State != txnstate.Prepared || o.conf.mode != txnstate.Dedupe {
+			continue
+		}
+		out, err := o.observe(ctx, r)
+		if out == txnstate.StillOpen {
+			// Not on a slot this instance initialised (one beyond
+			// the pool): resuming it now would race its owner.
+			out, err = o.probe(ctx, r)
+			if out == txnstate.StillOpen {
+				out = txnstate.Unknown
+			}
+		}
+		if err != nil {
+			o.log.Warnf("kafka_eos: recovery of epoch %d on %q: %v", r.Epoch, r.TransactionalID, err)
+		}
+		o.log.Infof("kafka_eos: recovery: epoch %d on %q (producer id %d, epoch %d, TV%d) was prepared by a previous owner after this instance read the state cache; observed %v", r.Epoch, r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.TxnVersion, out)
+		inDoubt = append(inDoubt, txnstate.InDoubt{Record: r, Outcome: out})
+		slotOf[r.Epoch] = n
+	}
+	decisions, cerr := txnstate.Resolve(o.conf.mode, inDoubt, o.conf.override)
+	for _, d := range decisions {
+		n := slotOf[d.Record.Epoch]
+		o.log.Infof("kafka_eos: recovery: epoch %d on %q: %v (%s)", d.Record.Epoch, d.Record.TransactionalID, d.Action, d.Reason)
+		var r txnstate.Record
+		switch d.Action {
+		case txnstate.MarkCommitted:
+			r = d.Record.WithState(txnstate.Committed, d.Reason)
+		case txnstate.MarkAborted, txnstate.AbortOpen:
+			r = d.Record.WithState(txnstate.Aborted, d.Reason)
+		default:
+			detail := d.Reason
+			if cerr != nil {
+				detail += ": " + cerr.Error()
+			}
+			return &InDoubtError{TransactionalID: d.Record.TransactionalID, Epoch: d.Record.Epoch, ProducerID: d.Record.ProducerID, ProducerEpoch: d.Record.ProducerEpoch, Detail: detail}
+		}
+		if n < len(slots) {
+			r.Fence = max(r.Fence, slots[n].lastFence)
+		}
+		if err := o.store.writeSlot(ctx, n, r); err != nil {
+			return err
+		}
+		if d.Action == txnstate.MarkCommitted {
+			o.m.resolved(outcomeFoundCommitted)
+		} else {
+			o.m.resolved(outcomeFoundAborted)
+		}
+	}
+	return nil
+}
+
 // abortOrphans aborts lingering transactions of slots this pool does not use:
 // slots recovery decided to abort, and Ongoing transactions ListTransactions
 // shows for ids matching `^<transactional_id>-(\d+)$` with n >= pool size,

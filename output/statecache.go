@@ -81,6 +81,15 @@ func (s *stateStore) set(ctx context.Context, key string, v []byte, fence uint64
 	return nil
 }
 
+// sync brings this process's view of the cache up to date with every write
+// acknowledged so far, by any process (statecache.WithLatest: kafka_state
+// otherwise answers from what it read at its first use; other caches read
+// their store at every Get).
+func (s *stateStore) sync(ctx context.Context) error {
+	_, _, err := s.get(statecache.WithLatest(ctx), s.slotsKey())
+	return err
+}
+
 // slotsHighWater returns the stored largest pool size, 0 if none.
 func (s *stateStore) slotsHighWater(ctx context.Context) (int, error) {
 	v, ok, err := s.get(ctx, s.slotsKey())

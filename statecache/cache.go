@@ -214,10 +214,15 @@ func New(cfg Config) (*Cache, error) {
 func (c *Cache) Topic() string { return c.cfg.Topic }
 
 // Get returns the value of key, or service.ErrKeyNotFound. The first call
-// reads the topic to its end; later calls are served from memory. The
-// returned slice is a copy.
+// reads the topic to its end; later calls are served from memory, unless ctx
+// comes from WithLatest (then Get reads to the current end first, as Refresh
+// does). The returned slice is a copy.
 func (c *Cache) Get(ctx context.Context, key string) ([]byte, error) {
-	if err := c.ensureLoaded(ctx); err != nil {
+	load := c.ensureLoaded
+	if latestOf(ctx) {
+		load = c.Refresh
+	}
+	if err := load(ctx); err != nil {
 		return nil, err
 	}
 	c.mu.RLock()

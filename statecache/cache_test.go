@@ -220,6 +220,15 @@ func testRefreshSeesOtherProcess(t *testing.T, b *backend) {
 		t.Fatal(err)
 	}
 	wantValue(t, writer, "k", "v2")
+
+	// Get under WithLatest reads to the current end first.
+	mustSet(t, writer, "k", "v3")
+	wantValue(t, reader, "k", "v2")
+	v, err := reader.Get(WithLatest(ctx), "k")
+	if err != nil || string(v) != "v3" {
+		t.Fatalf("Get under WithLatest: %q, %v; want v3", v, err)
+	}
+	wantValue(t, reader, "k", "v3")
 }
 
 func testRejectsNonCompactedTopic(t *testing.T, b *backend) {

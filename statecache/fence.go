@@ -86,3 +86,24 @@ func parseRecordKey(rk []byte) (string, uint64, error) {
 	}
 	return string(rk[:i]), token, nil
 }
+
+type latestCtxKey struct{}
+
+// WithLatest returns a context under which Get first reads the topic to its
+// current end offsets (Refresh), instead of answering from what this process
+// read before: for a reader that must see every write another process had
+// acknowledged by now (the kafka_eos output, once it has fenced the instance
+// it replaced, reads the records that instance wrote after its first read).
+// Reached through any wrapper that passes the context on, as WithFence is.
+func WithLatest(ctx context.Context) context.Context {
+	return context.WithValue(ctx, latestCtxKey{}, true)
+}
+
+// LatestOf reports whether WithLatest marked ctx: another cache that answers
+// from a copy can honour it.
+func LatestOf(ctx context.Context) bool { return latestOf(ctx) }
+
+func latestOf(ctx context.Context) bool {
+	v, _ := ctx.Value(latestCtxKey{}).(bool)
+	return v
+}

@@ -1,0 +1,109 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// A zombie that wakes while its rival starts, and commits an epoch after the
+// rival read the state cache but before the rival's InitProducerID fenced the
+// epoch's slot: the rival must count that epoch's dedupe positions (and
+// number its own epochs after it). A writes epoch 1 (a@1..2), stalls after
+// flushing epoch 2 (a@3..5); B starts, reads the state cache (recovery), and
+// before it initialises its slots A wakes and commits epoch 2: either it
+// stops right after its EndTxn (its record stays PREPARED, the zombie in the
+// simulation whose verification is answered PRODUCER_FENCED), or it writes
+// COMMITTED and the positions too. The input then replays a@1..6 to B: only
+// a@6 may be written. On the original code B loaded the positions it had
+// read before A's commit (a@2) and wrote a@3..5 a second time.
+func TestZombieCommitsWhileRivalStarts(t *testing.T) {
+	for _, tv := range dedupeTVs {
+		for _, cache := range []string{"kafka_state", "shared"} {
+			for _, full := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/full=%v", tv.name, cache, full), func(t *testing.T) {
+					c := newCluster(t, tv.opts...)
+					brokers := c.ListenAddrs()
+					res := func() *service.Resources { return kafkaStateResources(t, brokers, "zr-state") }
+					if cache == "shared" {
+						shared := newResources()
+						res = func() *service.Resources { return shared }
+					}
+					testZombieCommitsWhileRivalStarts(t, brokers, res, full)
+				})
+			}
+		}
+	}
+}
+
+func testZombieCommitsWhileRivalStarts(t *testing.T, brokers []string, res func() *service.Resources, full bool) {
+	_, restore := catchFatal()
+	defer restore()
+	yaml := yamlFor(brokers, testTopic, "zr", dedupeExtra)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	a := newTestOutput(t, res(), yaml)
+	if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	stalled, wake := make(chan struct{}), make(chan struct{})
+	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+		if n != 2 {
+			return nil
+		}
+		switch {
+		case s == stepProduced:
+			close(stalled)
+			<-wake // A stalls after its flush, before its PREPARE
+		case s == stepEnded && !full:
+			return errCrash // committed; stops before COMMITTED
+		}
+		return nil
+	}}
+	aDone := make(chan error, 1)
+	go func() { aDone <- a.WriteBatch(ctx, posBatch("a", 3, 5)) }()
+	<-stalled
+
+	b := newUnconnected(t, res(), yaml)
+	b.hooks = &testHooks{afterRecover: func() {
+		// B has read the state cache; A wakes and commits epoch 2
+		// before B's InitProducerID of its slot.
+		close(wake)
+		err := <-aDone
+		if full && err != nil || !full && !errors.Is(err, errCrash) {
+			t.Errorf("A's epoch 2: %v", err)
+		}
+	}}
+	if err := b.Connect(ctx); err != nil {
+		t.Fatalf("B's connect: %v", err)
+	}
+	b.mu.Lock()
+	p, _ := b.dd.CommittedOf("a")
+	next := b.nextEpoch
+	b.mu.Unlock()
+	if p != 5 || next != 3 {
+		t.Errorf("B starts with a's committed position %d and next epoch %d, want 5 (A's epoch 2 committed) and 3", p, next)
+	}
+	if got := b.m.tally.get(metricInDoubtResolved + "/" + outcomeFoundCommitted); !full && got != 1 {
+		t.Errorf("B resolved %d epochs found committed, want A's epoch 2", got)
+	}
+	if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
+		t.Fatal(err)
+	}
+	got := counts(t, brokers)
+	wantExactly(t, got, "a", 1, 6)
+	if len(got) != 6 {
+		t.Fatalf("visible %v", got)
+	}
+	// A restart finds A's epoch 2 decided committed in the state cache.
+	slot := txnstate.SlotFor(2, len(b.slots))
+	if r, ok := slotRecord(t, b, slot); !ok || r.Epoch < 2 || r.Epoch == 2 && r.State != txnstate.Committed {
+		t.Fatalf("slot %d holds %+v (found %v) after B's start", slot, r, ok)
+	}
+}
