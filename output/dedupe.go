@@ -345,7 +345,8 @@ func (ep *epoch) keyPos() []txnstate.KeyPos {
 }
 
 // loadPositions reads the committed positions at start, after recovery: the
-// positions value max-merged with every slot record in state COMMITTED.
+// positions value max-merged with every slot record in state COMMITTED, and
+// writes the result back if a slot record added to it.
 func (o *output) loadPositions(ctx context.Context) error {
 	pos, err := o.store.readPositions(ctx)
 	if err != nil {
@@ -369,6 +370,15 @@ func (o *output) loadPositions(ctx context.Context) error {
 				pos[p.Key] = p.Position
 				merged++
 			}
+		}
+	}
+	if merged > 0 {
+		// The slot records merged here are overwritten by the next
+		// PREPARE on their slot, which may come before this instance
+		// commits an epoch (and so writes the positions): write them
+		// now, under this instance's token.
+		if err := o.store.writePositions(ctx, pos, o.startFence); err != nil {
+			return err
 		}
 	}
 	d := txnstate.NewDedupeState(o.conf.dedupe.maxKeys)

@@ -88,9 +88,13 @@ type output struct {
 	connected bool
 	slots     []*slot
 	nextEpoch uint64
-	open      *epoch   // the epoch accepting batches, nil if none
-	live      []*epoch // every unfinished epoch, in epoch order
-	inFlight  int      // batches in live epochs
+	// startFence is the highest owner token of the slots Connect
+	// initialised, set before the mode's connect: the token of what that
+	// writes for the whole instance (dedupe: the committed positions).
+	startFence uint64
+	open       *epoch   // the epoch accepting batches, nil if none
+	live       []*epoch // every unfinished epoch, in epoch order
+	inFlight   int      // batches in live epochs
 	// admitWaiting counts WriteBatch calls waiting in admitLocked for
 	// their predecessor (Kafka-to-Kafka).
 	admitWaiting int
@@ -258,6 +262,10 @@ func (o *output) connectLocked(ctx context.Context) error {
 			s.cl.Close()
 		}
 		return err
+	}
+	o.startFence = 0
+	for _, s := range slots {
+		o.startFence = max(o.startFence, s.lastFence)
 	}
 	// After recovery (a resumed or found-committed epoch moved the
 	// source offsets or the dedupe positions) and the slots'

@@ -93,6 +93,11 @@ func testZombieCommitsWhileRivalStarts(t *testing.T, brokers []string, res func(
 	if got := b.m.tally.get(metricInDoubtResolved + "/" + outcomeFoundCommitted); !full && got != 1 {
 		t.Errorf("B resolved %d epochs found committed, want A's epoch 2", got)
 	}
+	// The positions value holds A's epoch 2 before B's first PREPARE
+	// (which may overwrite the slot record that held them).
+	if pos, err := b.store.readPositions(ctx); err != nil || pos["a"] != 5 {
+		t.Errorf("stored positions after B's start %v (%v), want a=5", pos, err)
+	}
 	if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
 		t.Fatal(err)
 	}
