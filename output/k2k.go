@@ -76,10 +76,24 @@ type k2k struct {
 	// member rejoining its group does not hold them back; ownership is
 	// still checked.
 	stampless bool
+	// unacked holds, per partition, the source offsets of messages that
+	// cannot be written (failed back to Benthos for a dead-letter route)
+	// until the input hands a position past them over (the route took
+	// them). The group's offset is not committed past one (noteUnacked).
+	unacked map[topicPartition][]int64
+	// through is, per partition, where the last offset committed at an
+	// unacknowledged message says the copy reaches (its metadata): every
+	// record below it is written or acknowledged, but the unacked ones.
+	through map[topicPartition]int64
+	// skip holds, per partition, what the group's committed offset said
+	// at Connect (its metadata, see heldMeta): records the previous owner
+	// wrote past an unacknowledged message, which a replay acknowledges
+	// without writing them again.
+	skip map[topicPartition]heldMeta
 }
 
 func newK2K(group string) *k2k {
-	return &k2k{group: group, topicIDs: map[string][16]byte{}, admitted: map[topicPartition]int64{}, nacked: map[topicPartition]map[int64]bool{}, committed: map[topicPartition]int64{}, floor: map[topicPartition]int64{}, base: map[topicPartition]int64{}, changed: make(chan struct{})}
+	return &k2k{group: group, unacked: map[topicPartition][]int64{}, through: map[topicPartition]int64{}, skip: map[topicPartition]heldMeta{}, topicIDs: map[string][16]byte{}, admitted: map[topicPartition]int64{}, nacked: map[topicPartition]map[int64]bool{}, committed: map[topicPartition]int64{}, floor: map[topicPartition]int64{}, base: map[topicPartition]int64{}, changed: make(chan struct{})}
 }
 
 // plannedOffsets is what one epoch commits: the offsets, and per offset the
@@ -91,6 +105,12 @@ type plannedOffset struct {
 	// assignment is the member's assignment of the partition the offset
 	// was planned under (group_membership; 0 otherwise).
 	assignment uint64
+	// metadata is committed with the offset: empty, or (held at an
+	// unacknowledged message) what the copy reaches past it (heldMeta).
+	metadata string
+	// through is where the copy reaches (the end of the contiguous run),
+	// the offset or past it when held.
+	through int64
 }
 
 // errRevoked is the cause of an epoch aborted because it holds records of a
@@ -186,6 +206,11 @@ func (k *k2k) plan(spans []handover.Span, log *service.Logger) ([]plannedOffset,
 	for tp, b := range k.base {
 		r.SetCommitted(tp.topic, tp.partition, b)
 	}
+	for tp, t := range k.through {
+		// Everything below is written or acknowledged, but the
+		// unacknowledged messages, which hold the offset instead.
+		r.SetCommitted(tp.topic, tp.partition, t)
+	}
 	for _, s := range k.held {
 		if err := r.Add(s.Topic, s.Partition, s.From, s.To); err != nil {
 			log.Warnf("kafka_eos: group %s: %v (held span ignored: its partition's offset stays put until the input reports past it)", k.group, err)
@@ -217,6 +242,15 @@ func (k *k2k) plan(spans []handover.Span, log *service.Logger) ([]plannedOffset,
 			targets[tp] = f
 		}
 	}
+	for tp, th := range k.through {
+		// Held at an unacknowledged message, the copy reached th: once
+		// it is acknowledged, the offset moves there, never to a
+		// floor below it (the records between would be written again
+		// after a crash).
+		if t, ok := targets[tp]; (!ok || th > t) && th > k.committed[tp] {
+			targets[tp] = th
+		}
+	}
 	var out []plannedOffset
 	for tp, off := range targets {
 		c, known := k.committed[tp]
@@ -236,7 +270,18 @@ func (k *k2k) plan(spans []handover.Span, log *service.Logger) ([]plannedOffset,
 			k.warnUnstartedLocked(tp, log)
 			continue
 		}
-		if off <= c {
+		// An unacknowledged message below the run's end holds the
+		// offset at it: the copy's reach past it goes in the metadata.
+		end, meta := off, ""
+		if held := k.heldLocked(tp, c, end); len(held) > 0 {
+			if len(held) > maxHeldListed {
+				end, held = held[maxHeldListed], held[:maxHeldListed]
+			}
+			off, meta = held[0], heldMeta{from: held[0], through: end, unacked: held}.String()
+			if off <= c && end <= k.through[tp] {
+				continue // nothing new
+			}
+		} else if off <= c {
 			continue // never backwards, nothing new
 		}
 		// A partition advanced only by the floor (or by spans of earlier
@@ -274,7 +319,7 @@ func (k *k2k) plan(spans []handover.Span, log *service.Logger) ([]plannedOffset,
 			}
 			st, assignment = gm{gen, mem}, id
 		}
-		out = append(out, plannedOffset{SourceOffset: txnstate.SourceOffset{Topic: tp.topic, Partition: tp.partition, Offset: off}, generation: st.gen, memberID: st.mem, assignment: assignment})
+		out = append(out, plannedOffset{SourceOffset: txnstate.SourceOffset{Topic: tp.topic, Partition: tp.partition, Offset: off}, generation: st.gen, memberID: st.mem, assignment: assignment, metadata: meta, through: end})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Topic != out[j].Topic {
@@ -331,6 +376,9 @@ func (k *k2k) forget(parts map[string][]int32) {
 			delete(k.admitted, tp)
 			delete(k.nacked, tp)
 			delete(k.committed, tp)
+			delete(k.unacked, tp)
+			delete(k.through, tp)
+			delete(k.skip, tp)
 		}
 	}
 	k.held = slices.DeleteFunc(k.held, func(s handover.Span) bool { return gone[topicPartition{s.Topic, s.Partition}] })
@@ -357,6 +405,12 @@ func (k *k2k) commitDone(spans []handover.Span, offs []plannedOffset) {
 		if c, ok := k.committed[tp]; !ok || o.Offset > c {
 			k.committed[tp] = o.Offset
 		}
+		if o.through > k.through[tp] {
+			k.through[tp] = o.through
+		}
+		if h, ok := k.skip[tp]; ok && k.committed[tp] >= h.through {
+			delete(k.skip, tp)
+		}
 	}
 	k.held = append(k.held, spans...)
 	kept := k.held[:0]
@@ -364,7 +418,8 @@ func (k *k2k) commitDone(spans []handover.Span, offs []plannedOffset) {
 		c, ok := k.committed[topicPartition{s.Topic, s.Partition}]
 		f, fok := k.floor[topicPartition{s.Topic, s.Partition}]
 		b, bok := k.base[topicPartition{s.Topic, s.Partition}]
-		if (ok && s.To <= c) || (fok && s.To <= f) || (bok && s.To <= b) {
+		t, tok := k.through[topicPartition{s.Topic, s.Partition}]
+		if (ok && s.To <= c) || (fok && s.To <= f) || (bok && s.To <= b) || (tok && s.To <= t) {
 			continue
 		}
 		kept = append(kept, s)
@@ -687,6 +742,20 @@ func (k *k2k) startAt(starts map[string]map[int32]int64) {
 			delete(k.admitted, tp)
 			delete(k.floor, tp)
 			delete(k.nacked, tp)
+			// What the group's offset's metadata said (at Connect, or
+			// fetched for this assignment) holds for the records the
+			// input reads below its reach; the unacknowledged
+			// messages below the start are not read again.
+			if h, ok := k.skip[tp]; ok && off < h.through {
+				keep := func(x int64) bool { return x < off }
+				h.unacked = slices.DeleteFunc(slices.Clone(h.unacked), keep)
+				k.skip[tp] = h
+				k.unacked[tp] = slices.DeleteFunc(k.unacked[tp], keep)
+			} else {
+				delete(k.skip, tp)
+				delete(k.through, tp)
+				delete(k.unacked, tp)
+			}
 		}
 	}
 	k.signalLocked()
@@ -709,6 +778,11 @@ func (k *k2k) addFloor(offsets map[string]map[int32]int64) bool {
 			if f, ok := k.floor[tp]; !ok || off > f {
 				k.floor[tp] = off
 				k.signalLocked()
+			}
+			// Acknowledged: a dead-letter route took the messages
+			// below it that could not be written.
+			if u := k.unacked[tp]; len(u) > 0 {
+				k.unacked[tp] = slices.DeleteFunc(u, func(x int64) bool { return x < k.floor[tp] })
 			}
 			// Nothing committed reads as 0: nothing lies below it.
 			if k.floor[tp] > k.committed[tp] {
@@ -761,16 +835,68 @@ func (o *output) loadCommitted(ctx context.Context) error {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	resp.Each(func(r kadm.OffsetResponse) { k.takeCommittedLocked(r) })
+	return nil
+}
+
+// takeCommittedLocked records a committed offset of the group read from the
+// broker, and what its metadata says when it is held at an unacknowledged
+// message (heldMeta).
+func (k *k2k) takeCommittedLocked(r kadm.OffsetResponse) {
+	if r.At < 0 {
+		return
+	}
+	tp := topicPartition{r.Topic, r.Partition}
+	if c, ok := k.committed[tp]; ok && r.At < c {
+		return
+	}
+	k.committed[tp] = r.At
+	if h, ok := parseHeldMeta(r.Metadata, r.At); ok && !k.stampless {
+		k.skip[tp] = h
+		k.through[tp] = h.through
+		k.unacked[tp] = slices.Clone(h.unacked)
+	}
+}
+
+// loadHeld reads, for partitions a group member was just assigned, the
+// group's committed offsets and their metadata (an offset held at an
+// unacknowledged message by their previous owner): read at Connect, they may
+// have moved since. Without group_membership the partitions are the ones
+// Connect read. A failure is logged: the records the previous owner wrote
+// past such a message are then written again (never lost).
+func (o *output) loadHeld(starts map[string]map[int32]int64) {
+	k := o.k2k
+	k.mu.Lock()
+	member := k.member != nil && !k.stampless
+	k.mu.Unlock()
+	if !member || len(starts) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var resp kadm.OffsetResponses
+	err := retryRetriable(ctx, func() error {
+		var err error
+		resp, err = kadm.NewClient(o.admin).FetchOffsets(kadm.RequireStable(ctx), k.group)
+		if err == nil {
+			err = resp.Error()
+		}
+		return err
+	})
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		o.log.Warnf("kafka_eos: group %s: reading the committed offsets of the partitions assigned (%v): %v; records written past a message a dead-letter route had not acknowledged are written again", k.group, starts, err)
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	resp.Each(func(r kadm.OffsetResponse) {
-		if r.At < 0 {
+		if _, ok := starts[r.Topic][r.Partition]; !ok {
 			return
 		}
-		tp := topicPartition{r.Topic, r.Partition}
-		if c, ok := k.committed[tp]; !ok || r.At > c {
-			k.committed[tp] = r.At
+		if _, held := parseHeldMeta(r.Metadata, r.At); held {
+			k.takeCommittedLocked(r)
 		}
 	})
-	return nil
 }
 
 // Ready implements handover.CommitTakeover: it returns once the output's
@@ -800,6 +926,7 @@ func (o *output) StartAt(starts map[string]map[int32]int64) {
 		}
 	}
 	if o.k2k != nil {
+		o.loadHeld(starts)
 		o.k2k.startAt(starts)
 	}
 }
@@ -934,17 +1061,24 @@ type k2kMode struct {
 func (m *k2kMode) connect(ctx context.Context) error { return m.o.loadCommitted(ctx) }
 
 // read takes the spans of the batch's messages, of every message: a message
-// that cannot be written does not hold its partition back. Its offset is
-// committed with its batch-mates (holding them back instead would send them
-// to a dead-letter output with it, since Benthos reports errors per input
-// batch under output batching); the message itself is never acknowledged,
-// so that a dead-letter output takes it (see ErrCannotWrite).
+// that cannot be written does not hold its partition's records back (holding
+// them back would send them to a dead-letter output with it, since Benthos
+// reports errors per input batch under output batching). It holds the
+// partition's offset back instead: the message itself is never acknowledged,
+// so that a dead-letter output takes it (see ErrCannotWrite), and until the
+// input hands a position past it over (the route took it) the group's offset
+// is committed at it, with what the copy reaches past it in its metadata
+// (noteUnacked, heldMeta). A replay of a record written past such a message
+// (the next owner reads from it again) is acknowledged without being written
+// again (skipHeld).
 //
 // The records are put in source order: per source partition by span, each
 // input batch's in its own order. A batch that merges input batches (output
 // batching) holds them in the order Benthos merged them, which after a nack
 // is the order its retry list replays them in, not theirs.
 func (m *k2kMode) read(w *write) {
+	m.k.skipHeld(w, m.o)
+	m.k.noteUnacked(w)
 	sorted := true
 	for i, msg := range w.batch {
 		if w.done[i] {
@@ -1190,6 +1324,9 @@ func (o *output) sendOffsets(ctx context.Context, ep *epoch, offs []plannedOffse
 			p.Partition = po.Partition
 			p.Offset = po.Offset
 			p.LeaderEpoch = -1
+			if po.metadata != "" {
+				p.Metadata = kmsg.StringPtr(po.metadata)
+			}
 			req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
 		}
 		if err := retryRetriable(ctx, func() error {

@@ -333,9 +333,12 @@ or whose Arrow body does not decode can never be written as it is. It is never
 acknowledged: it fails alone, with an error that begins with
 `+"`kafka_eos: message cannot be written`"+` and names its source (topic, partition
 and offset from the `+"`kafka_*`"+` metadata) and the field. Its batch-mates are
-written and acknowledged once committed; in Kafka-to-Kafka mode its source offset
-commits with theirs (after a restart the input does not read it again: only a
-dead-letter route keeps it), in dedupe mode the later messages of its key are held
+written and acknowledged once committed; in Kafka-to-Kafka mode the group's offset of
+its partition is held at it (with where the copy reached past it in the offset's
+metadata) until the input hands a position past it over, once a dead-letter route
+took it: after a crash before that, the next owner reads it again and fails it again
+for the route (which may then get it twice), and acknowledges the records written
+past it without writing them again; in dedupe mode the later messages of its key are held
 back (they fail with an error that begins with `+"`kafka_eos: not written: held back`"+`
 and are replayed). A record the broker or the client refuses for good (larger than the
 topic's `+"`max.message.bytes`"+`, invalid for the topic, a partition the topic does

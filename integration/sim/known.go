@@ -76,6 +76,17 @@ var Defects = []Defect{
 		},
 	},
 	{
+		Name: "dlq-crash-loss",
+		What: "kafka_eos Kafka-to-Kafka behind a dead-letter route: the source offset of a message that cannot " +
+			"be written committed with its batch-mates' (the group's offset moved past it) before the dead-letter " +
+			"output took it; a crash in between lost it (in neither output). Fixed: the offset is held at the " +
+			"message until the input hands a position past it over, the records written past it named in the " +
+			"offset's metadata",
+		Match: func(r Result, f string) bool {
+			return r.Plan.Mode.k2k() && len(r.Plan.Oversized) > 0 && strings.Contains(f, "reached neither the output nor the dead-letter output")
+		},
+	},
+	{
 		Name: "zombie-writes",
 		What: "kafka_eos: a replaced instance that wakes up overwrites the live instance's slot records in " +
 			"the state cache; the next start resolves the zombie's epoch and not the live one's (its dedupe " +

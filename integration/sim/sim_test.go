@@ -36,6 +36,8 @@ var regressionSeeds = []uint64{
 	8926716080828376199, // batch-mates again (plain mode, Produce faults, no event), not fixed yet
 	282,                 // batch-mates: Benthos' AutoRetryNacksBatched drops a message when a narrowed replay is rejected per message again (intermittent), fixed by internal/retrynacks
 	2630270121561816472, // batch-mates: dedupe, a restart replays a batch whose writable messages committed: its held-back ones were not owed
+	193,                 // dlq-crash-loss: the unwritable record's offset committed before the dead-letter output took it, then a crash
+	206,                 // dlq-crash-loss
 }
 
 // knownFailures are fixed-set seeds that fail on a defect not fixed yet

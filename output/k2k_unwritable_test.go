@@ -1,0 +1,234 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/connect-eos/connect-eos/handover"
+)
+
+// k2kSourced is the batch kafka_native makes of source offsets [from, to) of
+// partition p of the input topic (k2kIn): one message per offset, named "<prefix>-<offset>",
+// each with its source metadata and the batch's span; the messages at the
+// offsets in big are larger than max_message_bytes.
+func k2kSourced(prefix string, p int32, from, to int64, big ...int64) service.MessageBatch {
+	return sourcedOf(k2kIn, prefix, p, from, to, big...)
+}
+
+// sourcedOf is k2kSourced for input topic in.
+func sourcedOf(in, prefix string, p int32, from, to int64, big ...int64) service.MessageBatch {
+	var b service.MessageBatch
+	for off := from; off < to; off++ {
+		m := service.NewMessage([]byte(prefix + "-" + strconv.FormatInt(off, 10)))
+		for _, x := range big {
+			if x == off {
+				m.SetBytes(make([]byte, 1000))
+			}
+		}
+		m.MetaSetMut("kafka_topic", in)
+		m.MetaSetMut("kafka_partition", int64(p))
+		m.MetaSetMut("kafka_offset", off)
+		b = append(b, m)
+	}
+	handover.WithSpan(b, handover.Span{Topic: in, Partition: p, From: from, To: to, Generation: -1})
+	return b
+}
+
+// TestK2KUnwritableCrashBeforeDeadLetter: a message that cannot be written
+// fails back to Benthos (for a dead-letter route) while its batch-mates are
+// written and committed. The process dies before the dead-letter output
+// acknowledged it (the input never hands its offset over): the group's
+// offset must not have passed it, so that the next owner reads it again, and
+// the batch-mates written with it (and a later batch of its partition) are
+// not written twice by the next owner. On the code before, the epoch
+// committed the source offset past the unwritable record with its
+// batch-mates': the crash lost it for good.
+func TestK2KUnwritableCrashBeforeDeadLetter(t *testing.T) {
+	c := newK2KCluster(t)
+	unwritableCrashBeforeDeadLetter(t, k2kTopics{brokers: c.ListenAddrs(), in: k2kIn, out: testTopic, grp: k2kGroup}, "k2k-dlq")
+}
+
+// TestK2KKafkaUnwritableCrashBeforeDeadLetter:
+// TestK2KUnwritableCrashBeforeDeadLetter on Apache Kafka (the held offset's
+// metadata committed in the transaction, read back by the next owner).
+func TestK2KKafkaUnwritableCrashBeforeDeadLetter(t *testing.T) {
+	forEachK2KKafka(t, unwritableCrashBeforeDeadLetter)
+}
+
+func unwritableCrashBeforeDeadLetter(t *testing.T, e k2kTopics, txnID string) {
+	brokers := e.brokers
+	res := newResources()
+	yaml := yamlFor(brokers, e.out, txnID, "consumer_group: "+e.grp+"\nmax_message_bytes: 600\n")
+	a := newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.StartAt(map[string]map[int32]int64{e.in: {0: 0}})
+	// Offsets 0 to 3; offset 1 is too large.
+	b1 := sourcedOf(e.in, "a", 0, 0, 4, 1)
+	err := a.WriteBatch(ctx, b1)
+	if !errors.Is(err, ErrCannotWrite) {
+		t.Fatalf("first batch: %v, want offset 1 failed", err)
+	}
+	if got := blamed(b1, err); len(got) != 1 || got[1] == nil {
+		t.Fatalf("first batch: blamed %v, want offset 1 alone", got)
+	}
+	// A later batch of the partition commits while the dead-letter route
+	// has not acknowledged offset 1 yet.
+	if err := a.WriteBatch(ctx, sourcedOf(e.in, "a", 0, 4, 6)); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"a-0": 1, "a-2": 1, "a-3": 1, "a-4": 1, "a-5": 1}
+	if got := countsIn(t, brokers, e.out); !maps.Equal(got, want) {
+		t.Fatalf("before the crash: visible %v, want %v", got, want)
+	}
+	committed := groupOffsets(t, brokers, e.grp, e.in)[0]
+	if committed > 1 {
+		t.Fatalf("the group's offset of %s/0 is %d, past offset 1, which no output holds yet: a crash now loses it", e.in, committed)
+	}
+
+	// The process dies: the dead-letter output never took offset 1. The
+	// next owner reads the partition again from the group's offset.
+	handover.ReleaseCommitTakeover(res, e.grp, a)
+	b := newTestOutput(t, res, yaml)
+	if err := b.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.StartAt(map[string]map[int32]int64{e.in: {0: committed}})
+	replay := sourcedOf(e.in, "a", 0, committed, 6, 1)
+	err = b.WriteBatch(ctx, replay)
+	got := blamed(replay, err)
+	if len(got) != 1 || !errors.Is(got[int(1-committed)], ErrCannotWrite) {
+		t.Fatalf("the next owner's replay from %d: blamed %v, want offset 1 failed alone (for the dead-letter route)", committed, got)
+	}
+	if got := countsIn(t, brokers, e.out); !maps.Equal(got, want) {
+		t.Fatalf("after the replay: visible %v, want %v (each once)", got, want)
+	}
+	// The dead-letter route took offset 1: the input hands the batch over.
+	if err := b.CommitOffsets(ctx, map[string]map[int32]int64{e.in: {0: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, e.grp, e.in)[0]; got != 6 {
+		t.Fatalf("after the dead-letter route's ack: committed %d, want 6", got)
+	}
+}
+
+// TestK2KUnwritableAckedThenCommitted: without a crash, the offset held at
+// an unwritable message moves once the dead-letter route acknowledged it (the
+// input hands its batch's end over), in an epoch of offsets only.
+func TestK2KUnwritableAckedThenCommitted(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	a := newTestOutput(t, newResources(), baseYAML(brokers, "k2k-dlq2", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 0, 4, 2)); !errors.Is(err, ErrCannotWrite) {
+		t.Fatalf("%v, want offset 2 failed", err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 2 {
+		t.Fatalf("committed %d before the dead-letter route's ack, want 2 (held at the unwritable record)", got)
+	}
+	// A later batch commits while the offset is still held.
+	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 4, 7)); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 2 {
+		t.Fatalf("committed %d after a later batch, want 2 (still held)", got)
+	}
+	// The route took offset 2: the input hands its batch's end over. The
+	// offset moves to where the copy reached (7), not to that position
+	// alone (a crash would write [4, 7) again).
+	if err := a.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 7 {
+		t.Fatalf("committed %d after the ack, want 7", got)
+	}
+	if got, want := counts(t, brokers), map[string]int{"a-0": 1, "a-1": 1, "a-3": 1, "a-4": 1, "a-5": 1, "a-6": 1}; !maps.Equal(got, want) {
+		t.Fatalf("visible %v, want %v", got, want)
+	}
+}
+
+// TestK2KMemberUnwritableReassigned: with group_membership, a partition
+// whose offset is held at an unacknowledged message is revoked and assigned
+// again (an eager rebalance): the output reads the offset's metadata for the
+// new assignment, so the replay from the held offset fails the message again
+// for the route and does not write the records past it twice.
+func TestK2KMemberUnwritableReassigned(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	o := newTestOutput(t, newResources(), baseYAML(brokers, "k2k-dlq-member", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n"))
+	// A real member of the group (a franz-go consumer), so that the
+	// coordinator takes the transactional commits of its generation.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(k2kGroup), kgo.ConsumeTopics(k2kIn), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var (
+		mem string
+		gen int32 = -1
+	)
+	wait(t, 30*time.Second, "a member of the group", func() bool {
+		pctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		cl.PollFetches(pctx)
+		cancel()
+		mem, gen = cl.GroupMetadata()
+		return gen >= 1 && mem != ""
+	})
+	fg := &fakeGroup{owned: map[int32]uint64{0: 1}, gen: gen, member: mem}
+	o.Member(fg)
+	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	read := func(from, to int64, id uint64, big ...int64) service.MessageBatch {
+		b := k2kSourced("a", 0, from, to, big...)
+		handover.WithSpan(b, memberSpan(0, from, to, id))
+		return b
+	}
+	if err := o.WriteBatch(ctx, read(0, 4, 1, 1)); !errors.Is(err, ErrCannotWrite) {
+		t.Fatalf("%v, want offset 1 failed", err)
+	}
+	if err := o.WriteBatch(ctx, read(4, 6, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 1 {
+		t.Fatalf("committed %d, want 1 (held at the unwritable record)", got)
+	}
+	// The rebalance: revoked, then assigned again (assignment 2), read
+	// from the group's offset.
+	fg.revoke(0)
+	o.Revoked(ctx, map[string][]int32{k2kIn: {0}})
+	fg.mu.Lock()
+	fg.owned[0] = 2
+	fg.mu.Unlock()
+	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 1}})
+	replay := read(1, 6, 2, 1)
+	err = o.WriteBatch(ctx, replay)
+	if got := blamed(replay, err); len(got) != 1 || !errors.Is(got[0], ErrCannotWrite) {
+		t.Fatalf("replay: blamed %v, want offset 1 failed alone", got)
+	}
+	want := map[string]int{"a-0": 1, "a-2": 1, "a-3": 1, "a-4": 1, "a-5": 1}
+	if got := counts(t, brokers); !maps.Equal(got, want) {
+		t.Fatalf("visible %v, want %v (each once)", got, want)
+	}
+	if err := o.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 6 {
+		t.Fatalf("after the route's ack: committed %d, want 6", got)
+	}
+}
