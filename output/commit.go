@@ -65,6 +65,9 @@ type testHooks struct {
 	// afterRecover is called in Connect once recovery has read the state
 	// cache, before the slots are initialised.
 	afterRecover func()
+	// beforeObserve is called in recovery once the slot records are read,
+	// before the in-doubt ones are observed.
+	beforeObserve func()
 }
 
 func (o *output) hook(step commitStep, ep *epoch) bool {

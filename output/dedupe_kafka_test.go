@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
+	"github.com/connect-eos/connect-eos/txnstate"
 )
 
 // dedupeChildYAML: generate replays the same ordered sequence at every start
@@ -72,14 +73,15 @@ func TestKafkaDedupeKillNine(t *testing.T) {
 }
 
 // The crash tests of the kfake suite on Apache Kafka: between PREPARE and
-// EndTxn (resume-commit with the positions), after EndTxn (found committed),
-// before PREPARE (aborted, replayed).
+// EndTxn (resume-commit with the positions under TV2, abort-open and replayed
+// under TV0), after EndTxn (found committed), before PREPARE (aborted,
+// replayed).
 func TestKafkaDedupeCrash(t *testing.T) {
 	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
 		for _, step := range []commitStep{stepPrepared, stepEnded, stepProduced} {
 			t.Run(fmt.Sprintf("step%d", step), func(t *testing.T) {
 				topic := kafkatest.Topic(t, strings.Join(env.brokers, ","), 3)
-				testDedupeCrash(t, env.brokers, topic, fmt.Sprintf("%s-%d", env.txnID, step), step)
+				testDedupeCrash(t, env.brokers, topic, fmt.Sprintf("%s-%d", env.txnID, step), step, env.tv == txnstate.TV0)
 			})
 		}
 	})

@@ -195,21 +195,23 @@ func TestDedupeInFlightThenAbort(t *testing.T) {
 }
 
 // A crash between PREPARE and EndTxn leaves the epoch open; dedupe mode
-// resumes its commit at restart and its positions are applied: the replay is
-// dropped. (After EndTxn: found committed, positions applied; before PREPARE:
-// aborted by InitProducerID, replayed.)
+// resumes its commit at restart under transaction version 2 and its positions
+// are applied: the replay is dropped; under version 0 it aborts it (the open
+// transaction could be a later epoch of a previous owner still running) and
+// the replay is written. (After EndTxn: found committed, positions applied;
+// before PREPARE: aborted by InitProducerID, replayed.)
 func TestDedupeCrashAfterPrepareResumes(t *testing.T) {
 	for _, tv := range dedupeTVs {
 		for _, step := range []commitStep{stepPrepared, stepEnded, stepProduced} {
 			t.Run(fmt.Sprintf("%s/step%d", tv.name, step), func(t *testing.T) {
 				c := newCluster(t, tv.opts...)
-				testDedupeCrash(t, c.ListenAddrs(), testTopic, "app", step)
+				testDedupeCrash(t, c.ListenAddrs(), testTopic, "app", step, tv.name == "tv0")
 			})
 		}
 	}
 }
 
-func testDedupeCrash(t *testing.T, brokers []string, topic, txnID string, step commitStep) {
+func testDedupeCrash(t *testing.T, brokers []string, topic, txnID string, step commitStep, tv0 bool) {
 	res := newResources()
 	yaml := yamlFor(brokers, topic, txnID, dedupeExtra)
 	a := newTestOutput(t, res, yaml)
@@ -225,6 +227,9 @@ func testDedupeCrash(t *testing.T, brokers []string, topic, txnID string, step c
 
 	b := newTestOutput(t, res, yaml)
 	want := map[commitStep]string{stepPrepared: outcomeResumed, stepEnded: outcomeFoundCommitted}[step]
+	if tv0 && step == stepPrepared {
+		want = outcomeAborted
+	}
 	if want != "" && b.m.tally.get(metricInDoubtResolved+"/"+want) != 1 {
 		t.Fatalf("in-doubt outcome %s not counted", want)
 	}
@@ -232,8 +237,11 @@ func testDedupeCrash(t *testing.T, brokers []string, topic, txnID string, step c
 	p, _ := b.dd.CommittedOf("a")
 	b.mu.Unlock()
 	wantPos := int64(5)
-	if step == stepProduced {
+	switch {
+	case step == stepProduced:
 		wantPos = 2 // never PREPAREd: aborted by InitProducerID
+	case step == stepPrepared && tv0:
+		wantPos = 2 // open at restart: aborted under TV0
 	}
 	if p != wantPos {
 		t.Fatalf("committed position of a after restart %d, want %d", p, wantPos)

@@ -17,6 +17,11 @@ type recovered struct {
 	// openOrphans are slots beyond the pool whose epoch recovery decided to
 	// abort: their InitProducerID does it.
 	openOrphans []int
+	// abortedOpen are the records (state ABORTED, as written) of the
+	// epochs recovery decided to abort while still open, by slot: a
+	// previous owner still running may commit one before the fence
+	// (afterFence looks again).
+	abortedOpen map[int]txnstate.Record
 }
 
 // recover runs before any slot is initialised (an InitProducerID would abort
@@ -68,6 +73,9 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 		}
 	}
 
+	if o.hooks != nil && o.hooks.beforeObserve != nil {
+		o.hooks.beforeObserve()
+	}
 	var inDoubt []txnstate.InDoubt
 	slotOf := map[uint64]int{}
 	for _, sr := range recs {
@@ -108,9 +116,14 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 		case txnstate.AbortOpen:
 			// Decision first, then the act: the slot's InitProducerID
 			// (below, or the orphan cleanup) aborts the transaction.
-			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Aborted, d.Reason)); err != nil {
+			ab := d.Record.WithState(txnstate.Aborted, d.Reason)
+			if err := o.store.writeSlot(ctx, n, ab); err != nil {
 				return rec, err
 			}
+			if rec.abortedOpen == nil {
+				rec.abortedOpen = map[int]txnstate.Record{}
+			}
+			rec.abortedOpen[n] = ab
 			o.m.resolved(outcomeAborted)
 			if n >= o.conf.poolSize {
 				rec.openOrphans = append(rec.openOrphans, n)
@@ -147,7 +160,7 @@ func (o *output) observe(ctx context.Context, r txnstate.Record) (txnstate.Outco
 		return txnstate.Unknown, err
 	}
 	out := txnstate.Decide(r, obs)
-	if out == txnstate.StillOpen && r.TxnVersion == txnstate.TV0 && o.conf.mode == txnstate.KafkaToKafka {
+	if out == txnstate.StillOpen && r.TxnVersion == txnstate.TV0 && (o.conf.mode == txnstate.KafkaToKafka || o.conf.mode == txnstate.Dedupe) {
 		// Under TV0 a slot keeps its producer epoch from one transaction
 		// to the next, so Ongoing at the stored one does not say which
 		// epoch is open: a previous owner still running (a zombie that
@@ -155,7 +168,9 @@ func (o *output) observe(ctx context.Context, r txnstate.Record) (txnstate.Outco
 		// read, and opened a later one on the slot. The probe tells r's
 		// own records apart: committed or aborted is exact; still
 		// undecided, r's epoch is the open one, and Resolve aborts it
-		// (resuming could commit a later epoch without its offsets).
+		// (resuming could commit a later epoch without its offsets or
+		// its dedupe positions; the zombie may still commit r's epoch
+		// before the fence, which afterFence then finds).
 		if p, err := o.probe(ctx, r); err == nil && p != txnstate.Unknown {
 			return p, nil
 		}
@@ -182,7 +197,9 @@ func (o *output) observe(ctx context.Context, r txnstate.Record) (txnstate.Outco
 // PREPARED is resolved as recovery does, in epoch order. Nothing is open on
 // the pool's slots any more, so the outcome is committed or aborted (or
 // unknown, which stops the start as in recover); its decision is written with
-// this instance's token of the slot, so the zombie's later writes lose.
+// this instance's token of the slot, so the zombie's later writes lose. An
+// epoch recovery decided to abort while it was open is probed again
+// (reverifyAborted): the zombie may have committed it before the fence.
 func (o *output) afterFence(ctx context.Context, rec *recovered, slots []*slot) error {
 	if err := o.store.sync(ctx); err != nil {
 		return err
@@ -207,6 +224,12 @@ func (o *output) afterFence(ctx context.Context, rec *recovered, slots []*slot) 
 		}
 		if r.Epoch >= rec.nextEpoch {
 			rec.nextEpoch = r.Epoch + 1
+		}
+		if ab, ok := rec.abortedOpen[n]; ok && sameDecision(ab, r) {
+			if err := o.reverifyAborted(ctx, n, r, slots); err != nil {
+				return err
+			}
+			continue
 		}
 		if r.State != txnstate.Prepared || o.conf.mode != txnstate.Dedupe {
 			continue
@@ -256,6 +279,39 @@ func (o *output) afterFence(ctx context.Context, rec *recovered, slots []*slot) 
 			o.m.resolved(outcomeFoundAborted)
 		}
 	}
+	return nil
+}
+
+// sameDecision reports whether a and b describe the same epoch in the same state.
+func sameDecision(a, b txnstate.Record) bool {
+	return a.Epoch == b.Epoch && a.State == b.State && a.ProducerID == b.ProducerID && a.ProducerEpoch == b.ProducerEpoch
+}
+
+// reverifyAborted looks again, after the fence, at an epoch recovery decided
+// to abort while it was open: its previous owner, still running, may have
+// committed it between the observation and this instance's InitProducerID of
+// its slot (which aborts only what is still open then). The probe is exact
+// now that nothing of the slot is open; found committed, the record is
+// corrected (its positions then count in dedupe mode; the decision is logged
+// again, the later line is the one that holds).
+func (o *output) reverifyAborted(ctx context.Context, n int, r txnstate.Record, slots []*slot) error {
+	out, err := o.probe(ctx, r)
+	if err != nil {
+		o.log.Warnf("kafka_eos: recovery of epoch %d on %q: %v", r.Epoch, r.TransactionalID, err)
+	}
+	if out != txnstate.FoundCommitted {
+		return nil
+	}
+	reason := "found committed after the fence: its previous owner, still running, committed it after it was observed open"
+	o.log.Warnf("kafka_eos: recovery: epoch %d on %q: %v (%s)", r.Epoch, r.TransactionalID, txnstate.MarkCommitted, reason)
+	c := r.WithState(txnstate.Committed, reason)
+	if n < len(slots) {
+		c.Fence = max(c.Fence, slots[n].lastFence)
+	}
+	if err := o.store.writeSlot(ctx, n, c); err != nil {
+		return err
+	}
+	o.m.resolved(outcomeFoundCommitted)
 	return nil
 }
 

@@ -112,3 +112,143 @@ func testZombieCommitsWhileRivalStarts(t *testing.T, brokers []string, res func(
 		t.Fatalf("slot %d holds %+v (found %v) after B's start", slot, r, ok)
 	}
 }
+
+// Under transaction version 0 a slot keeps its producer epoch from one
+// transaction to the next, so the transaction a rival's recovery sees open at
+// a record's stored producer id and epoch may be a later epoch of a zombie
+// still running. A prepares epoch 2 (a@3..5) and stalls before its EndTxn; B
+// reads the state cache (slot 0: epoch 2 PREPARED); before B observes it, A
+// wakes, commits epoch 2, epoch 3 (a@6..8, slot 1) and flushes epoch 4
+// (a@9..11) on slot 0, where it stalls before its PREPARE. B must not commit
+// epoch 4 (no PREPARE record holds its positions): the input's replay of
+// a@1..11 must leave every message once. On the original code B resumed
+// "epoch 2" with a raw EndTxn(commit) that committed epoch 4's records, and
+// wrote a@9..11 again. Under version 2 the epochs differ: both versions run.
+func TestZombieLaterEpochOpenAtRivalObserve(t *testing.T) {
+	for _, tv := range dedupeTVs {
+		t.Run(tv.name, func(t *testing.T) {
+			c := newCluster(t, tv.opts...)
+			brokers := c.ListenAddrs()
+			res := newResources() // shared: every write is seen at once
+			_, restore := catchFatal()
+			defer restore()
+			yaml := yamlFor(brokers, testTopic, "zl", dedupeExtra+"producer_pool_size: 2\n")
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			a := newTestOutput(t, res, yaml)
+			if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
+				t.Fatal(err)
+			}
+			stalled2, wake2 := make(chan struct{}), make(chan struct{})
+			stalled4, wake4 := make(chan struct{}), make(chan struct{})
+			a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+				switch {
+				case s == stepPrepared && n == 2:
+					close(stalled2)
+					<-wake2 // PREPARE of 2 written, before its EndTxn
+				case s == stepProduced && n == 4:
+					close(stalled4)
+					<-wake4 // epoch 4 flushed, before its PREPARE
+				}
+				return nil
+			}}
+			a2 := make(chan error, 1)
+			go func() { a2 <- a.WriteBatch(ctx, posBatch("a", 3, 5)) }()
+			<-stalled2
+			a4 := make(chan error, 1)
+
+			b := newUnconnected(t, res, yaml)
+			b.hooks = &testHooks{beforeObserve: func() {
+				close(wake2)
+				if err := <-a2; err != nil {
+					t.Errorf("A's epoch 2: %v", err)
+				}
+				if err := a.WriteBatch(ctx, posBatch("a", 6, 8)); err != nil {
+					t.Errorf("A's epoch 3: %v", err)
+				}
+				go func() { a4 <- a.WriteBatch(ctx, posBatch("a", 9, 11)) }()
+				<-stalled4
+			}}
+			if err := b.Connect(ctx); err != nil {
+				t.Fatalf("B's connect: %v", err)
+			}
+			close(wake4)
+			if err := <-a4; err == nil {
+				t.Error("A's epoch 4 was acked after B's start")
+			}
+			if err := b.WriteBatch(ctx, posBatch("a", 1, 11)); err != nil {
+				t.Fatal(err)
+			}
+			got := counts(t, brokers)
+			wantExactly(t, got, "a", 1, 11)
+			if len(got) != 11 {
+				t.Fatalf("visible %v", got)
+			}
+		})
+	}
+}
+
+// An epoch a rival's recovery decides to abort while it is open (dedupe under
+// transaction version 0) can still be committed by its zombie before the
+// rival's InitProducerID of the slot: A prepares epoch 2 (a@3..5) and stalls
+// before its EndTxn; B observes it open and decides abort-open; A wakes,
+// commits it, and stops before its COMMITTED; then B initialises its slots.
+// B must find epoch 2 committed (its positions count): the replay of a@1..6
+// leaves every message once. Without the second look after the fence B kept
+// its decision, loaded a@2 and wrote a@3..5 again.
+func TestZombieCommitsAbortedOpenBeforeFence(t *testing.T) {
+	c := newCluster(t, dedupeTVs[1].opts...) // TV0: an open epoch is aborted
+	brokers := c.ListenAddrs()
+	res := newResources()
+	_, restore := catchFatal()
+	defer restore()
+	yaml := yamlFor(brokers, testTopic, "za", dedupeExtra)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	a := newTestOutput(t, res, yaml)
+	if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	stalled, wake := make(chan struct{}), make(chan struct{})
+	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+		switch {
+		case s == stepPrepared && n == 2:
+			close(stalled)
+			<-wake
+		case s == stepEnded && n == 2:
+			return errCrash
+		}
+		return nil
+	}}
+	a2 := make(chan error, 1)
+	go func() { a2 <- a.WriteBatch(ctx, posBatch("a", 3, 5)) }()
+	<-stalled
+
+	b := newUnconnected(t, res, yaml)
+	b.hooks = &testHooks{afterRecover: func() {
+		close(wake)
+		if err := <-a2; !errors.Is(err, errCrash) {
+			t.Errorf("A's epoch 2: %v", err)
+		}
+	}}
+	if err := b.Connect(ctx); err != nil {
+		t.Fatalf("B's connect: %v", err)
+	}
+	if got := b.m.tally.get(metricInDoubtResolved + "/" + outcomeAborted); got != 1 {
+		t.Errorf("B decided abort-open %d times, want once (epoch 2, open)", got)
+	}
+	if got := b.m.tally.get(metricInDoubtResolved + "/" + outcomeFoundCommitted); got != 1 {
+		t.Errorf("B found %d epochs committed after the fence, want epoch 2", got)
+	}
+	if r, ok := slotRecord(t, b, txnstate.SlotFor(2, len(b.slots))); !ok || r.Epoch != 2 || r.State != txnstate.Committed {
+		t.Errorf("slot record %+v (found %v), want epoch 2 COMMITTED", r, ok)
+	}
+	if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
+		t.Fatal(err)
+	}
+	got := counts(t, brokers)
+	wantExactly(t, got, "a", 1, 6)
+	if len(got) != 6 {
+		t.Fatalf("visible %v", got)
+	}
+}

@@ -21,7 +21,9 @@ const (
 	// with the commit. Under version 0 it is aborted (see Resolve).
 	KafkaToKafka
 	// Dedupe: records plus dedupe positions. An open in-doubt epoch is
-	// resumed: the input will not replay what its positions cover.
+	// resumed under transaction version 2 (its positions then count and
+	// the input's replay of it is dropped); under version 0 it is aborted
+	// (see Resolve) and the input replays it.
 	Dedupe
 	// Mirror: records plus the source positions, produced into the
 	// positions topic of the target cluster inside the same transaction
@@ -107,8 +109,9 @@ var ErrContradiction = errors.New("txnstate: epoch committed after an earlier ab
 
 // Resolve decides every in-doubt epoch in epoch order. After the first
 // aborted epoch everything later is aborted (a later epoch never commits over
-// an earlier failed one); an open epoch is aborted in plain mode and in
-// Kafka-to-Kafka mode under transaction version 0, and resumed otherwise; an unknown one stops recovery unless overridden, and so does
+// an earlier failed one); an open epoch is aborted in plain mode and, under
+// transaction version 0, in every mode, and resumed otherwise (Kafka-to-Kafka
+// and dedupe under version 2); an unknown one stops recovery unless overridden, and so does
 // every later one (its fate depends on the earlier one's). A later epoch
 // found committed after an aborted one is a contradiction: Stop and an error
 // wrapping ErrContradiction.
@@ -164,6 +167,14 @@ func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 					// epochs before it. Aborting is exact either way:
 					// the offsets move only with a commit.
 					dec.Action, dec.Reason = AbortOpen, "open at restart; Kafka-to-Kafka under transaction version 0 aborts (the open transaction may be a later epoch of a previous owner still running; the input replays from the group's offsets)"
+				case mode == Dedupe && d.Record.TxnVersion == TV0:
+					// The same ambiguity: resuming could commit a later
+					// epoch's records (maybe only part of them) that no
+					// PREPARE record holds the positions of, and the
+					// input's replay would write them again. Aborted, the
+					// epoch's positions do not count and the input replays
+					// its messages (nothing of it was acknowledged).
+					dec.Action, dec.Reason = AbortOpen, "open at restart; dedupe under transaction version 0 aborts (the open transaction may be a later epoch of a previous owner still running; the input replays the unacknowledged messages)"
 				default:
 					dec.Action, dec.Reason = ResumeCommit, "open at restart; resumed"
 				}

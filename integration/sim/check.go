@@ -311,9 +311,26 @@ func (r *runner) checkRecovery(view *logView) {
 		if err != nil {
 			continue
 		}
+		// An instance can decide an epoch twice: recovery's decision to
+		// abort an epoch still open is corrected once the slot is fenced
+		// if its previous owner, still running, committed it meanwhile.
+		// The last decision holds.
+		type decided struct {
+			epoch uint64
+			id    string
+		}
+		var order []decided
+		last := map[decided]string{}
 		for _, m := range recoveryLine.FindAllStringSubmatch(string(b), -1) {
 			epoch, _ := strconv.ParseUint(m[1], 10, 64)
-			id, action := m[2], m[3]
+			k := decided{epoch, m[2]}
+			if _, ok := last[k]; !ok {
+				order = append(order, k)
+			}
+			last[k] = m[3]
+		}
+		for _, k := range order {
+			epoch, id, action := k.epoch, k.id, last[k]
 			want := ""
 			switch action {
 			case "mark-committed", "resume-commit":
