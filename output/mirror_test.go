@@ -466,8 +466,22 @@ func testMirrorCrash(t *testing.T, env func(t *testing.T) mirrorEnv) {
 // fences it, which stops it; on a loaded machine a clean rebalance must stay
 // clean.
 func (e mirrorEnv) mirrorMember(txnID, run string) string {
-	return e.mirrorYAML(txnID, "    stop_offset: none\n    group_membership: true\n    session_timeout: 6s\n    heartbeat_interval: 500ms\n    revoke_ack_timeout: 20s\n", "", countYAML(run)+"    - sleep: { duration: 1ms }\n")
+	return e.mirrorMemberTimed(txnID, run, "    session_timeout: 6s\n    heartbeat_interval: 500ms\n    revoke_ack_timeout: 20s\n")
 }
+
+// mirrorMemberTimed is mirrorMember with the group timings given.
+func (e mirrorEnv) mirrorMemberTimed(txnID, run, timings string) string {
+	return e.mirrorYAML(txnID, "    stop_offset: none\n    group_membership: true\n"+timings, "", countYAML(run)+"    - sleep: { duration: 1ms }\n")
+}
+
+// cleanMemberTimings are the group timings of a member that must never be
+// dropped by the coordinator on a loaded machine (a run of the race
+// detector beside other jobs can pause a process for seconds): a session
+// of 30s, a rebalance of 2m and a revoke of 50s, so that every move is a
+// release and a claim. A member whose session ended or whose revoke timed
+// out is fenced by its partitions' next owner, which is right, but that is
+// not the clean rebalance the test checks.
+const cleanMemberTimings = "    session_timeout: 30s\n    heartbeat_interval: 1s\n    rebalance_timeout: 2m\n    revoke_ack_timeout: 50s\n"
 
 // waitCopied waits until the target holds n records (read_committed).
 func waitCopied(t testing.TB, e mirrorEnv, n int, d time.Duration) {
@@ -498,7 +512,12 @@ func testMirrorMembersRebalance(t *testing.T, e mirrorEnv) {
 		go func() { done <- s.Run(context.Background()) }()
 		return done
 	}
+	stopped := map[*service.Stream]bool{}
 	stop := func(s *service.Stream, done chan error) {
+		if stopped[s] {
+			return
+		}
+		stopped[s] = true
 		sctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
 		defer cancel()
 		if err := s.Stop(sctx); err != nil {
@@ -506,11 +525,23 @@ func testMirrorMembersRebalance(t *testing.T, e mirrorEnv) {
 		}
 		<-done
 	}
-	a := buildStream(t, e.mirrorMember(e.id+"member-a", t.Name()+"/a"))
-	aDone := run(a)
+	// A failure stops both members too: a member left running would go on
+	// copying (or retrying a fenced start) through the tests after this one.
+	var stops []func()
+	defer func() {
+		for _, f := range stops {
+			f()
+		}
+	}()
+	start := func(name string) (*service.Stream, chan error) {
+		s := buildStream(t, e.mirrorMemberTimed(e.id+name, t.Name()+"/"+name, cleanMemberTimings))
+		done := run(s)
+		stops = append(stops, func() { stop(s, done) })
+		return s, done
+	}
+	a, aDone := start("member-a")
 	waitCopied(t, e, n/10, mirrorDeadline)
-	b := buildStream(t, e.mirrorMember(e.id+"member-b", t.Name()+"/b"))
-	bDone := run(b)
+	b, bDone := start("member-b")
 	at := len(readCommittedNow(t, e.b, e.dst))
 	waitCopied(t, e, at+n/10, mirrorDeadline)
 	t.Logf("a leaves at %d of %d", len(readCommittedNow(t, e.b, e.dst)), n)
