@@ -88,9 +88,12 @@ var Defects = []Defect{
 	},
 	{
 		Name: "zombie-writes",
-		What: "kafka_eos: a replaced instance that wakes up overwrites the live instance's slot records in " +
-			"the state cache; the next start resolves the zombie's epoch and not the live one's (its dedupe " +
-			"positions lost, replays duplicated, or a contradiction that stops the start)",
+		What: "kafka_eos: a replaced instance still running (a zombie) makes the live instance miss a " +
+			"committed epoch: its late writes overwrote the live instance's slot records in the state cache " +
+			"(fixed: owner tokens), or it committed epochs after the live instance's recovery read the state " +
+			"cache and before that instance's InitProducerID fenced their slot (fixed: the state is read again " +
+			"after the fence; under transaction version 0 an open in-doubt epoch is aborted in dedupe mode): " +
+			"dedupe positions lost and replays duplicated, or a contradiction that stops the start",
 		Match: func(r Result, f string) bool {
 			p := r.Plan
 			if p.Mode.k2k() && p.Batching > 0 && len(p.Oversized) > 0 {

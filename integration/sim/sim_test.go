@@ -45,10 +45,6 @@ var regressionSeeds = []uint64{
 // defect is fixed, then they come out of this list. Each names the defect it
 // fails on (the first one, when several).
 var knownFailures = map[uint64]string{
-	7:                   "zombie-writes",               // now and then (15 records twice under -race on a loaded machine)
-	34:                  "zombie-writes",               // now and then (dedupe, kafka_state, the zombie's rival crashed: 20 records twice)
-	36:                  "zombie-writes",               // now and then (dedupe, kafka_state, the zombie's rival crashed: 58 records twice)
-	18:                  "zombie-writes",               // now and then (dedupe, TV0, the sim cache, three crashes and a zombie: 20 records twice)
 	17:                  "zombie-commit-after-observe", // now and then (plain, kafka_state, the zombie's rival crashed)
 	8926716080828376199: "batch-mates",
 	30:                  "members-oversized-stall",
