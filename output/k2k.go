@@ -813,20 +813,28 @@ func (k *k2k) covered(offsets map[string]map[int32]int64) (bool, <-chan struct{}
 	return true, k.changed
 }
 
-// loadCommitted reads the group's committed offsets (stable: pending
-// transactional commits resolved) at Connect, after recovery.
-func (o *output) loadCommitted(ctx context.Context) error {
-	k := o.k2k
+// fetchStableOffsets fetches the group's committed offsets, pending
+// transactional commits resolved (RequireStable), retrying retriable errors
+// until ctx ends.
+func (o *output) fetchStableOffsets(ctx context.Context) (kadm.OffsetResponses, error) {
 	var resp kadm.OffsetResponses
-	// A fresh group's coordinator may not be available yet: retried.
 	err := retryRetriable(ctx, func() error {
 		var err error
-		resp, err = kadm.NewClient(o.admin).FetchOffsets(kadm.RequireStable(ctx), k.group)
+		resp, err = kadm.NewClient(o.admin).FetchOffsets(kadm.RequireStable(ctx), o.k2k.group)
 		if err == nil {
 			err = resp.Error()
 		}
 		return err
 	})
+	return resp, err
+}
+
+// loadCommitted reads the group's committed offsets (stable: pending
+// transactional commits resolved) at Connect, after recovery.
+func (o *output) loadCommitted(ctx context.Context) error {
+	k := o.k2k
+	// A fresh group's coordinator may not be available yet: retried.
+	resp, err := o.fetchStableOffsets(ctx)
 	if err != nil {
 		if errors.Is(err, kerr.GroupIDNotFound) {
 			return nil
@@ -874,15 +882,7 @@ func (o *output) loadHeld(starts map[string]map[int32]int64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var resp kadm.OffsetResponses
-	err := retryRetriable(ctx, func() error {
-		var err error
-		resp, err = kadm.NewClient(o.admin).FetchOffsets(kadm.RequireStable(ctx), k.group)
-		if err == nil {
-			err = resp.Error()
-		}
-		return err
-	})
+	resp, err := o.fetchStableOffsets(ctx)
 	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
 		o.log.Warnf("kafka_eos: group %s: reading the committed offsets of the partitions assigned (%v): %v; records written past a message a dead-letter route had not acknowledged are written again", k.group, starts, err)
 		return
