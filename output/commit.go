@@ -238,6 +238,15 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	ecancel()
 	switch {
 	case err == nil:
+	case errors.Is(err, errCommitAborted):
+		// Definite: nothing of the epoch is committed. Its batches are
+		// nacked (replayed) as for an abort before the commit; the
+		// output goes on.
+		o.mu.Lock()
+		ep.ending = false
+		o.mu.Unlock()
+		o.abortEpoch(ctx, ep, err, true, rec)
+		return
 	case errors.Is(err, errCommitNotApplied):
 		if !o.resolveInDoubt(ctx, ep, rec, err) {
 			return
@@ -340,6 +349,10 @@ func (o *output) writeRetry(ctx context.Context, n int, r txnstate.Record) bool 
 // without a commit, or cannot be asked (verifyCommit).
 var errCommitNotApplied = errors.New("EndTransaction returned success but the broker does not show the transaction committed")
 
+// errCommitAborted: EndTransaction(commit) returned nil, yet the epoch's
+// transaction is known to have ended aborted (verifyCommit): a definite abort.
+var errCommitAborted = errors.New("EndTransaction returned success but the transaction was aborted")
+
 // verifyCommit checks, after franz-go's EndTransaction(commit) returned nil,
 // that the broker committed the transaction, before anything is acked
 // (invariant I2): DescribeTransactions for the slot's transactional id must
@@ -433,8 +446,19 @@ func (o *output) verifyCommit(ctx context.Context, s *slot, rec txnstate.Record)
 	case txnstate.CommitEmpty:
 		// kfake only (see above).
 		if tv == txnstate.TV2 {
-			o.setTxnVersion(s, rec, tv)
-			return nil
+			out, perr := o.probe(dctx, rec)
+			switch out {
+			case txnstate.FoundCommitted:
+				o.setTxnVersion(s, rec, tv)
+				return nil
+			case txnstate.FoundAborted:
+				o.m.tally.add("commit_aborted", 1)
+				o.log.Warnf("kafka_eos: epoch %d on %q: EndTransaction returned success but the broker shows %v and the read_committed probe finds the epoch aborted", rec.Epoch, s.id, obs)
+				return fmt.Errorf("%w: the broker shows %v, the read_committed probe finds the epoch aborted", errCommitAborted, obs)
+			}
+			o.m.tally.add("commit_not_applied", 1)
+			o.log.Warnf("kafka_eos: epoch %d on %q: EndTransaction returned success but the broker shows %v and the read_committed probe cannot tell (%v)", rec.Epoch, s.id, obs, perr)
+			return fmt.Errorf("%w: the broker shows %v, the read_committed probe cannot tell (%v)", errCommitNotApplied, obs, perr)
 		}
 		r := rec
 		r.TxnVersion = tv

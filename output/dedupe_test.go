@@ -12,6 +12,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/connect-eos/connect-eos/internal/fatal"
@@ -462,6 +463,56 @@ func testDedupeReplaySimulation(t *testing.T, seed uint64) {
 func TestDedupeCommitReportedButAborted(t *testing.T) {
 	c := newCluster(t, dedupeTVs[1].opts...)
 	testDedupeCommitReportedButAborted(t, c.ListenAddrs(), testTopic, "app")
+}
+
+// On kfake TV2 the broker shows Empty at the bumped epoch after a commit and an
+// abort alike; the commit check asks the read_committed probe at the epoch's
+// first offsets there, which finds the abort. The epoch is then a definite
+// abort: its WriteBatch returns an error (Benthos replays the batch), the
+// output goes on, its positions are not committed, and the replay is written
+// exactly once.
+func TestDedupeCommitReportedButAbortedKfakeTV2(t *testing.T) {
+	c := newCluster(t, dedupeTVs[0].opts...)
+	fc, restore := catchFatal()
+	defer restore()
+	res := newResources()
+	yaml := yamlFor(c.ListenAddrs(), testTopic, "app", dedupeExtra)
+	a := newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := a.WriteBatch(ctx, posBatch("a", 1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
+		return cl.EndTransaction(ctx, kgo.TryAbort) // franz-go's abort of a commit, reported as success
+	}
+	err := a.WriteBatch(ctx, posBatch("a", 4, 6))
+	var ee *EpochError
+	if !errors.As(err, &ee) {
+		t.Fatalf("WriteBatch of the epoch franz-go aborted: %v, want an *EpochError (nacked)", err)
+	}
+	if fc.err() != nil {
+		t.Fatalf("the output stopped on a definite abort: %v", fc.err())
+	}
+	a.mu.Lock()
+	p, _ := a.dd.CommittedOf("a")
+	a.mu.Unlock()
+	if p != 3 {
+		t.Fatalf("committed position of a %d, want 3 (the aborted epoch's positions are not committed)", p)
+	}
+	// Benthos replays the nacked batch.
+	a.endTxn = (*kgo.Client).EndTransaction
+	if err := a.WriteBatch(ctx, posBatch("a", 4, 6)); err != nil {
+		t.Fatal(err)
+	}
+	got := countsIn(t, c.ListenAddrs(), testTopic)
+	wantExactly(t, got, "a", 1, 6)
+	if len(got) != 6 {
+		t.Fatalf("visible %v", got)
+	}
+	if n := a.m.tally.get("commit_aborted"); n != 1 {
+		t.Fatalf("commit_aborted counted %d, want 1", n)
+	}
 }
 
 func testDedupeCommitReportedButAborted(t *testing.T, brokers []string, topic, txnID string) {
