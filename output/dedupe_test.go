@@ -218,11 +218,16 @@ func testDedupeCrash(t *testing.T, brokers []string, topic, txnID string, step c
 	a := newTestOutput(t, res, yaml)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
-		t.Fatal(err)
+	writeReplaying(ctx, t, a, posBatch("a", 1, 2))
+	a.hooks = crashAtStep(step) // the next epoch, whatever its number after a replay
+	err := a.WriteBatch(ctx, posBatch("a", 3, 5))
+	if errors.Is(err, errCommitAborted) {
+		// A fresh slot's first transaction, ended with an abort by
+		// franz-go (see writeReplaying): replayed, as Benthos would.
+		t.Logf("nacked, replaying: %v", err)
+		err = a.WriteBatch(ctx, posBatch("a", 3, 5))
 	}
-	a.hooks = crashAt(step, 2)
-	if err := a.WriteBatch(ctx, posBatch("a", 3, 5)); !errors.Is(err, errCrash) {
+	if !errors.Is(err, errCrash) {
 		t.Fatalf("crash: %v", err)
 	}
 
@@ -248,9 +253,7 @@ func testDedupeCrash(t *testing.T, brokers []string, topic, txnID string, step c
 		t.Fatalf("committed position of a after restart %d, want %d", p, wantPos)
 	}
 	// The input replays everything from the start.
-	if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
-		t.Fatal(err)
-	}
+	writeReplaying(ctx, t, b, posBatch("a", 1, 6))
 	got := countsIn(t, brokers, topic)
 	wantExactly(t, got, "a", 1, 6)
 	if len(got) != 6 {

@@ -2,6 +2,7 @@ package output
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -249,4 +250,23 @@ func writeCommitTurnedAbort(ctx context.Context, t *testing.T, a *output, batch 
 		t.Fatal(acked)
 	}
 	t.Logf("settled: returned=%v err=%v stopped=%v", returned, werr, fc.err())
+}
+
+// writeReplaying writes batch as Benthos would deliver it: an epoch the commit
+// check found aborted after franz-go's EndTransaction(TryCommit) ended it with
+// an abort (it does, for a fresh client's first transaction on kfake; see
+// verifyCommit) is nacked, and the batch is sent again. Any other error fails
+// the test.
+func writeReplaying(ctx context.Context, t testing.TB, o *output, batch service.MessageBatch) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := o.WriteBatch(ctx, batch)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errCommitAborted) || attempt == 5 {
+			t.Fatalf("write (attempt %d): %v", attempt, err)
+		}
+		t.Logf("nacked, replaying: %v", err)
+	}
 }
