@@ -17,11 +17,16 @@ type recovered struct {
 	// openOrphans are slots beyond the pool whose epoch recovery decided to
 	// abort: their InitProducerID does it.
 	openOrphans []int
-	// abortedOpen are the records (state ABORTED, as written) of the
-	// epochs recovery decided to abort while still open, by slot: a
-	// previous owner still running may commit one before the fence
-	// (afterFence looks again).
-	abortedOpen map[int]txnstate.Record
+	// decided are recovery's decisions by slot, written by afterFence once
+	// the slots are fenced, if the slot still holds the record read.
+	decided map[int]decided
+}
+
+// decided is recovery's decision on the record it read from a slot.
+type decided struct {
+	read   txnstate.Record // as read from the slot
+	action txnstate.Action // MarkCommitted, MarkAborted, AbortOpen or ResumeCommit (done)
+	write  txnstate.Record // the record that states the decision
 }
 
 // recover runs before any slot is initialised (an InitProducerID would abort
@@ -32,12 +37,24 @@ type recovered struct {
 //  2. For every PREPARED record, observe: DescribeTransactions, matched
 //     exactly on (pid, epoch, version) by txnstate.Decide; if that says
 //     unknown, the exact Fetch probe at the stored first offsets.
-//  3. txnstate.Resolve decides in epoch order; each decision is written to
-//     the cache before it is acted on; a resume is a raw EndTxn(commit)
-//     pinned to the stored version.
+//  3. txnstate.Resolve decides in epoch order; a resume is a raw
+//     EndTxn(commit) pinned to the stored version, done here; an open epoch
+//     to abort is aborted by the slot's InitProducerID.
 //  4. Unknown stops the start with an *InDoubtError (Benthos retries Connect,
 //     so a transient broker problem resolves itself; recovery_override is
 //     the operator's way out).
+//
+// The decisions are written to the state cache by afterFence, not here: until
+// its slot is fenced, a previous owner still running can write the slot's
+// record again, and under transaction version 0 (the producer epoch does not
+// move between a slot's transactions) its later epoch's record carries the
+// owner token of the record read here. A decision written now could land
+// over that later record and lose it (in dedupe mode its positions: the
+// input's replay of its records would be written again). Nothing is lost by
+// waiting: the acts done before the write leave the broker in a state a
+// later start observes the same way (a resumed epoch committed, an aborted
+// one aborted), and a crash before the write leaves the record PREPARED, to
+// be observed again.
 func (o *output) recover(ctx context.Context) (recovered, error) {
 	rec := recovered{looked: map[int]bool{}, nextEpoch: 1}
 	hw, err := o.store.slotsHighWater(ctx)
@@ -91,56 +108,41 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 		slotOf[sr.r.Epoch] = sr.n
 	}
 	decisions, cerr := txnstate.Resolve(o.conf.mode, inDoubt, o.conf.override)
+	rec.decided = map[int]decided{}
 	for _, d := range decisions {
 		n := slotOf[d.Record.Epoch]
 		o.log.Infof("kafka_eos: recovery: epoch %d on %q: %v (%s)", d.Record.Epoch, d.Record.TransactionalID, d.Action, d.Reason)
 		switch d.Action {
 		case txnstate.MarkCommitted:
-			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Committed, d.Reason)); err != nil {
-				return rec, err
-			}
+			rec.decided[n] = decided{read: d.Record, action: d.Action, write: d.Record.WithState(txnstate.Committed, d.Reason)}
 			if d.Outcome == txnstate.Unknown {
 				o.m.resolved(outcomeForcedCommitted)
 			} else {
 				o.m.resolved(outcomeFoundCommitted)
 			}
 		case txnstate.MarkAborted:
-			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Aborted, d.Reason)); err != nil {
-				return rec, err
-			}
+			rec.decided[n] = decided{read: d.Record, action: d.Action, write: d.Record.WithState(txnstate.Aborted, d.Reason)}
 			if d.Outcome == txnstate.Unknown {
 				o.m.resolved(outcomeForcedAborted)
 			} else {
 				o.m.resolved(outcomeFoundAborted)
 			}
 		case txnstate.AbortOpen:
-			// Decision first, then the act: the slot's InitProducerID
-			// (below, or the orphan cleanup) aborts the transaction.
-			ab := d.Record.WithState(txnstate.Aborted, d.Reason)
-			if err := o.store.writeSlot(ctx, n, ab); err != nil {
-				return rec, err
-			}
-			if rec.abortedOpen == nil {
-				rec.abortedOpen = map[int]txnstate.Record{}
-			}
-			rec.abortedOpen[n] = ab
+			// The slot's InitProducerID (in Connect, or the orphan
+			// cleanup) aborts the transaction.
+			rec.decided[n] = decided{read: d.Record, action: d.Action, write: d.Record.WithState(txnstate.Aborted, d.Reason)}
 			o.m.resolved(outcomeAborted)
 			if n >= o.conf.poolSize {
 				rec.openOrphans = append(rec.openOrphans, n)
 			}
 		case txnstate.ResumeCommit:
-			// The decision first (the state stays PREPARED: a crash
-			// before the EndTxn resumes again).
-			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Prepared, "resume-commit decided at restart")); err != nil {
-				return rec, err
-			}
+			// A crash before the EndTxn leaves the record PREPARED and
+			// the epoch open: the next start resumes it again.
 			res, err := o.rawEndTxn(ctx, d.Record)
 			if res != txnstate.RetryOK {
 				return rec, &InDoubtError{TransactionalID: d.Record.TransactionalID, Epoch: d.Record.Epoch, ProducerID: d.Record.ProducerID, ProducerEpoch: d.Record.ProducerEpoch, Detail: fmt.Sprintf("resuming the commit failed: %v", err)}
 			}
-			if err := o.store.writeSlot(ctx, n, d.Record.WithState(txnstate.Committed, "resumed at restart")); err != nil {
-				return rec, err
-			}
+			rec.decided[n] = decided{read: d.Record, action: d.Action, write: d.Record.WithState(txnstate.Committed, "resumed at restart")}
 			o.m.resolved(outcomeResumed)
 		case txnstate.Stop:
 			detail := d.Reason
@@ -192,14 +194,17 @@ func (o *output) observe(ctx context.Context, r txnstate.Record) (txnstate.Outco
 // count (else the input's replay of what they wrote is written again).
 //
 // So the state cache is read again, to its current end (a PREPARE is durable
-// before its EndTxn, and that EndTxn came before the fence), the next epoch
-// is raised past every stored one, and in dedupe mode every record still
-// PREPARED is resolved as recovery does, in epoch order. Nothing is open on
-// the pool's slots any more, so the outcome is committed or aborted (or
-// unknown, which stops the start as in recover); its decision is written with
-// this instance's token of the slot, so the zombie's later writes lose. An
-// epoch recovery decided to abort while it was open is probed again
-// (reverifyAborted): the zombie may have committed it before the fence.
+// before its EndTxn, and that EndTxn came before the fence), and the next
+// epoch is raised past every stored one. A slot that still holds the record
+// recover decided on gets the decision written, with this instance's token
+// of the slot (an epoch decided abort-open is probed again first: the zombie
+// may have committed it before the fence). A slot whose record changed keeps
+// the previous owner's record: it is newer than what recover read (a later
+// epoch, or the epoch's own COMMITTED or ABORTED), and in dedupe mode a record
+// still PREPARED is resolved as recovery does, in epoch order. Nothing is
+// open on the pool's slots any more, so the outcome is committed or aborted
+// (or unknown, which stops the start as in recover); its decision is written
+// with this instance's token of the slot, so the zombie's later writes lose.
 func (o *output) afterFence(ctx context.Context, rec *recovered, slots []*slot) error {
 	if err := o.store.sync(ctx); err != nil {
 		return err
@@ -225,11 +230,14 @@ func (o *output) afterFence(ctx context.Context, rec *recovered, slots []*slot) 
 		if r.Epoch >= rec.nextEpoch {
 			rec.nextEpoch = r.Epoch + 1
 		}
-		if ab, ok := rec.abortedOpen[n]; ok && sameDecision(ab, r) {
-			if err := o.reverifyAborted(ctx, n, r, slots); err != nil {
-				return err
+		if d, ok := rec.decided[n]; ok {
+			if sameDecision(d.read, r) {
+				if err := o.writeDecided(ctx, n, d, slots); err != nil {
+					return err
+				}
+				continue
 			}
-			continue
+			o.log.Infof("kafka_eos: recovery: slot %q holds epoch %d %s, written by its previous owner after recovery read epoch %d there: the decision on epoch %d is not written over it", txnstate.SlotID(o.conf.transactionalID, n), r.Epoch, r.State, d.read.Epoch, d.read.Epoch)
 		}
 		if r.State != txnstate.Prepared || o.conf.mode != txnstate.Dedupe {
 			continue
@@ -287,32 +295,33 @@ func sameDecision(a, b txnstate.Record) bool {
 	return a.Epoch == b.Epoch && a.State == b.State && a.ProducerID == b.ProducerID && a.ProducerEpoch == b.ProducerEpoch
 }
 
-// reverifyAborted looks again, after the fence, at an epoch recovery decided
-// to abort while it was open: its previous owner, still running, may have
-// committed it between the observation and this instance's InitProducerID of
-// its slot (which aborts only what is still open then). The probe is exact
-// now that nothing of the slot is open; found committed, the record is
-// corrected (its positions then count in dedupe mode; the decision is logged
-// again, the later line is the one that holds).
-func (o *output) reverifyAborted(ctx context.Context, n int, r txnstate.Record, slots []*slot) error {
-	out, err := o.probe(ctx, r)
-	if err != nil {
-		o.log.Warnf("kafka_eos: recovery of epoch %d on %q: %v", r.Epoch, r.TransactionalID, err)
+// writeDecided writes recovery's decision d on slot n, which still holds the
+// record d was made on, with this instance's token of the slot. An epoch
+// decided abort-open is probed again first: its previous owner, still
+// running, may have committed it between the observation and this
+// instance's InitProducerID of its slot (which aborts only what is still
+// open then). The probe is exact now that nothing of the slot is open; found
+// committed, the epoch is recorded committed (its positions then count in
+// dedupe mode; the decision is logged again, the later line is the one that
+// holds).
+func (o *output) writeDecided(ctx context.Context, n int, d decided, slots []*slot) error {
+	w := d.write
+	if d.action == txnstate.AbortOpen {
+		out, err := o.probe(ctx, d.read)
+		if err != nil {
+			o.log.Warnf("kafka_eos: recovery of epoch %d on %q: %v", d.read.Epoch, d.read.TransactionalID, err)
+		}
+		if out == txnstate.FoundCommitted {
+			reason := "found committed after the fence: its previous owner, still running, committed it after it was observed open"
+			o.log.Warnf("kafka_eos: recovery: epoch %d on %q: %v (%s)", d.read.Epoch, d.read.TransactionalID, txnstate.MarkCommitted, reason)
+			w = d.read.WithState(txnstate.Committed, reason)
+			o.m.resolved(outcomeFoundCommitted)
+		}
 	}
-	if out != txnstate.FoundCommitted {
-		return nil
-	}
-	reason := "found committed after the fence: its previous owner, still running, committed it after it was observed open"
-	o.log.Warnf("kafka_eos: recovery: epoch %d on %q: %v (%s)", r.Epoch, r.TransactionalID, txnstate.MarkCommitted, reason)
-	c := r.WithState(txnstate.Committed, reason)
 	if n < len(slots) {
-		c.Fence = max(c.Fence, slots[n].lastFence)
+		w.Fence = max(w.Fence, slots[n].lastFence)
 	}
-	if err := o.store.writeSlot(ctx, n, c); err != nil {
-		return err
-	}
-	o.m.resolved(outcomeFoundCommitted)
-	return nil
+	return o.store.writeSlot(ctx, n, w)
 }
 
 // abortOrphans aborts lingering transactions of slots this pool does not use:

@@ -252,3 +252,100 @@ func TestZombieCommitsAbortedOpenBeforeFence(t *testing.T) {
 		t.Fatalf("visible %v", got)
 	}
 }
+
+// A rival's recovery must not write its decision for an epoch over a later
+// epoch its zombie prepared on the same slot meanwhile. Under transaction
+// version 0 a slot keeps its producer id and epoch from one transaction to
+// the next, so the zombie's later records carry the owner token of the
+// record recovery read. A (two slots) commits epoch 1 (a@1..2, slot 1),
+// commits epoch 2 (a@3..5, slot 0) and stalls before its COMMITTED; B reads
+// the state cache (slot 0: epoch 2 PREPARED); before B observes it, A wakes:
+// it finishes epoch 2, commits epoch 3 (a@6..8, slot 1) and epoch 4
+// (a@9..11) on slot 0, and stops before epoch 4's COMMITTED (its PREPARE
+// holds the positions a@11). B finds epoch 2 committed and must keep epoch
+// 4's record: the replay of a@1..12 leaves every message once, and slot 0
+// ends with epoch 4 committed. On the original code B wrote "epoch 2
+// COMMITTED" over epoch 4's PREPARE before its fence, loaded a@8 and wrote
+// a@9..11 again.
+func TestZombieLaterEpochPreparedAtRivalDecision(t *testing.T) {
+	for _, tv := range dedupeTVs {
+		for _, cache := range []string{"kafka_state", "shared"} {
+			t.Run(tv.name+"/"+cache, func(t *testing.T) {
+				c := newCluster(t, tv.opts...)
+				brokers := c.ListenAddrs()
+				res := func() *service.Resources { return kafkaStateResources(t, brokers, "zd-state") }
+				if cache == "shared" {
+					shared := newResources()
+					res = func() *service.Resources { return shared }
+				}
+				testZombieLaterEpochPreparedAtRivalDecision(t, brokers, res)
+			})
+		}
+	}
+}
+
+func testZombieLaterEpochPreparedAtRivalDecision(t *testing.T, brokers []string, res func() *service.Resources) {
+	_, restore := catchFatal()
+	defer restore()
+	yaml := yamlFor(brokers, testTopic, "zd", dedupeExtra+"producer_pool_size: 2\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	a := newTestOutput(t, res(), yaml)
+	if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	stalled, wake := make(chan struct{}), make(chan struct{})
+	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+		switch {
+		case s == stepEnded && n == 2:
+			close(stalled)
+			<-wake // committed, before its COMMITTED
+		case s == stepEnded && n == 4:
+			return errCrash // committed; stops before COMMITTED
+		}
+		return nil
+	}}
+	a2 := make(chan error, 1)
+	go func() { a2 <- a.WriteBatch(ctx, posBatch("a", 3, 5)) }()
+	<-stalled
+
+	b := newUnconnected(t, res(), yaml)
+	b.hooks = &testHooks{beforeObserve: func() {
+		// B has read slot 0 (epoch 2 PREPARED); A wakes, finishes
+		// epoch 2, commits epoch 3 and epoch 4 on slot 0.
+		close(wake)
+		if err := <-a2; err != nil {
+			t.Errorf("A's epoch 2: %v", err)
+		}
+		if err := a.WriteBatch(ctx, posBatch("a", 6, 8)); err != nil {
+			t.Errorf("A's epoch 3: %v", err)
+		}
+		if err := a.WriteBatch(ctx, posBatch("a", 9, 11)); !errors.Is(err, errCrash) {
+			t.Errorf("A's epoch 4: %v", err)
+		}
+	}}
+	if err := b.Connect(ctx); err != nil {
+		t.Fatalf("B's connect: %v", err)
+	}
+	b.mu.Lock()
+	p, _ := b.dd.CommittedOf("a")
+	next := b.nextEpoch
+	b.mu.Unlock()
+	if p != 11 || next != 5 {
+		t.Errorf("B starts with a's committed position %d and next epoch %d, want 11 (A's epoch 4 committed) and 5", p, next)
+	}
+	if r, ok := slotRecord(t, b, 0); !ok || r.Epoch != 4 || r.State != txnstate.Committed {
+		t.Errorf("slot 0 holds %+v (found %v) after B's start, want epoch 4 COMMITTED", r, ok)
+	}
+	if pos, err := b.store.readPositions(ctx); err != nil || pos["a"] != 11 {
+		t.Errorf("stored positions after B's start %v (%v), want a=11", pos, err)
+	}
+	if err := b.WriteBatch(ctx, posBatch("a", 1, 12)); err != nil {
+		t.Fatal(err)
+	}
+	got := counts(t, brokers)
+	wantExactly(t, got, "a", 1, 12)
+	if len(got) != 12 {
+		t.Fatalf("visible %v", got)
+	}
+}
