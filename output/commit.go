@@ -363,49 +363,26 @@ var errCommitAborted = errors.New("EndTransaction returned success but the trans
 // path (errCommitNotApplied): a raw EndTxn(commit) with the same id and epoch,
 // then DescribeTransactions, then a stop holding the batches.
 //
-// franz-go's nil is not proof: seen on kfake's pre-KIP-890 flow (about once
-// in 40 runs under the race detector) returning nil with no EndTxn sent, the
-// records left in an open transaction later aborted; and an EndTxn that aborts
-// reports success to the caller that asked for a commit when franz-go turns it
-// into an abort. Under TV2 the client's epoch bump proves nothing either: an
-// abort bumps it as a commit does (Apache Kafka 4.3.1, TestKafkaEndTxnDescribe:
-// CompleteAbort or PrepareAbort at e+1 after an abort, CompleteCommit or
-// PrepareCommit at e+1 after a commit). Until this check asked the broker
-// under TV2 too, an aborted epoch whose bump was taken for a commit was acked:
-// its dedupe positions or source offsets counted as committed, its records
-// lost (TestKafkaDedupeCommitReportedButAborted, tv2). The cost is one
+// franz-go's nil is not proof: it can return nil with no EndTxn sent (the
+// records left in an open transaction, later aborted), and franz-go v1.22.3
+// ends some transactions it was asked to commit with an abort and returns nil
+// (it logs "no produce succeeded in this transaction but produces were
+// attempted; issuing an abort"; seen on kfake for a fresh client's first
+// transaction). Under TV2 the client's epoch bump proves nothing either: an
+// abort bumps it as a commit does (TestKafkaEndTxnDescribe). The cost is one
 // DescribeTransactions per epoch (docs/benchmarks.md, "TV2 commit check").
 //
-// kfake shows Empty at the epoch the EndTxn left, after a commit and an abort
-// alike (TestKfakeEndTxnDescribe), which cannot tell them apart; Apache Kafka
-// never shows Empty there. Under TV0, Empty at e is asked of the raw
-// EndTxn(commit) retry with the stored producer id and epoch (rawEndTxn; NONE
-// only after a commit), which the in-doubt path used to send for every kfake
-// TV0 epoch: the same answer, without the in-doubt path's stop and
-// re-initialised client. Under TV2, Empty at e+1 after the client's bump is
-// ACCEPTED as a commit: a kfake-only limitation (an epoch franz-go aborts while
-// reporting success is acked on kfake TV2, as before the TV2 check; the real
-// broker cases are TestKafka*CommitReportedButAborted). The same retry there
-// (EndTxn v5 at e) was tried and answered INVALID_TXN_STATE, after an
-// EndTransaction(commit) franz-go reported successful, twice in four -race runs
-// of the package's kfake tests under a load average of 10 to 40
-// (TestProducerEpochRollover, TestDefaultPartitionerIsJavas), and kfake was
-// right: franz-go (v1.22.3) does end such transactions with an abort. It
-// takes a fresh client's first transaction whose first produce is to a topic
-// the client has not loaded yet (kgo alone on kfake, -race: about once in 40
-// to 300; none in 1,800 such tries after a warm-up transaction, none in 1,600
-// on Apache Kafka 4.x TV2). A
-// request trace of TestDedupeCrashAfterPrepareResumes/tv2/step1, which fails
-// about once in 40 to 150 -race runs, shows it: the epoch's one Produce (v13)
-// acknowledged, Flush returned after it, then EndTransaction(TryCommit) logs
-// "no produce succeeded in this transaction but produces were attempted;
-// issuing an abort", sends EndTxn(commit=false) and returns nil; kfake shows
-// Empty at e+1, this check accepts it, and the epoch's record is acked and
-// aborted. On Apache Kafka this check sees the abort and nothing is acked; on
-// kfake TV2 such tests fail at random until the branch below asks something
-// exact (the read_committed probe at the epoch's first offsets) instead of
-// accepting. At the TV2 epoch limit (a new producer id at
-// epoch 0) kfake forgets the old id anyway (txnstate.CheckCommit).
+// kfake shows Empty at the epoch the EndTxn left after a commit and an abort
+// alike (TestKfakeEndTxnDescribe); Apache Kafka never shows Empty there, so
+// what follows runs on kfake only and costs nothing on Apache Kafka. Under
+// TV0, Empty at e is asked of a raw EndTxn(commit) retry with the stored
+// producer id and epoch (rawEndTxn; NONE only after a commit). Under TV2
+// (Empty at e+1, or at the new producer id after the epoch limit, where kfake
+// has forgotten the old one) the read_committed probe at the epoch's first
+// offsets decides: committed is accepted; aborted is a definite abort
+// (errCommitAborted: the batches are nacked and replayed, the output goes on,
+// TestDedupeCommitReportedButAbortedKfakeTV2); anything else goes to the
+// in-doubt path.
 //
 // It also keeps the slot's transaction version honest: the broker showing the
 // commit at e means TV0, at e+1 TV2 (a cluster upgraded or downgraded under
@@ -444,7 +421,8 @@ func (o *output) verifyCommit(ctx context.Context, s *slot, rec txnstate.Record)
 		o.setTxnVersion(s, rec, tv)
 		return nil
 	case txnstate.CommitEmpty:
-		// kfake only (see above).
+		// kfake only (see above): the probe under TV2, the retry under
+		// TV0.
 		if tv == txnstate.TV2 {
 			out, perr := o.probe(dctx, rec)
 			switch out {

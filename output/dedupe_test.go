@@ -459,13 +459,17 @@ func testDedupeReplaySimulation(t *testing.T, seed uint64) {
 // and its records lost: the restarted output would drop their replay. The
 // commit check must see the abort and take the in-doubt path (the epoch is
 // then decided aborted, now or at the next start), and the replay is written
-// exactly once. TV0 on kfake: under TV2 kfake shows Empty at the bumped epoch
-// after a commit and an abort alike, accepted as a commit (a kfake-only
-// limitation, see verifyCommit). On Apache Kafka, TV0 and TV2:
+// exactly once. kfake TV0 and TV2 (under TV2 kfake shows Empty at the bumped
+// epoch after a commit and an abort alike; the read_committed probe finds the
+// abort, see verifyCommit). On Apache Kafka, TV0 and TV2:
 // TestKafkaDedupeCommitReportedButAborted.
 func TestDedupeCommitReportedButAborted(t *testing.T) {
-	c := newCluster(t, dedupeTVs[1].opts...)
-	testDedupeCommitReportedButAborted(t, c.ListenAddrs(), testTopic, "app")
+	for _, tv := range dedupeTVs {
+		t.Run(tv.name, func(t *testing.T) {
+			c := newCluster(t, tv.opts...)
+			testDedupeCommitReportedButAborted(t, c.ListenAddrs(), testTopic, "app")
+		})
+	}
 }
 
 // On kfake TV2 the broker shows Empty at the bumped epoch after a commit and an

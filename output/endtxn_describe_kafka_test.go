@@ -122,9 +122,8 @@ func TestKafkaEndTxnDescribe(t *testing.T) {
 // under TV0, e+1 under TV2) after a commit and after an abort alike: it cannot
 // tell them apart, where Apache Kafka never shows Empty there (see
 // TestKafkaEndTxnDescribe). verifyCommit asks a raw EndTxn(commit) retry under
-// TV0 and accepts Empty under TV2 (a kfake-only limitation,
-// txnstate.CommitEmpty). If this test fails because kfake learned the
-// Prepare*/Complete* states, both can go.
+// TV0 and the read_committed probe under TV2 (txnstate.CommitEmpty). If this
+// test fails because kfake learned the Prepare*/Complete* states, both can go.
 func TestKfakeEndTxnDescribe(t *testing.T) {
 	for _, tv := range dedupeTVs {
 		t.Run(tv.name, func(t *testing.T) {

@@ -284,7 +284,7 @@ const (
 	// 4.3.1 under both versions); kfake shows it after a commit and after
 	// an abort alike, so it cannot say. The caller decides (the output: a
 	// raw EndTxn(commit) retry with the stored producer id and epoch under
-	// TV0, accepted under TV2 as a kfake-only limitation).
+	// TV0, the read_committed probe at the epoch's first offsets under TV2).
 	CommitEmpty
 	// CommitNotApplied: the transaction is still open at e, ended without
 	// a commit (PrepareAbort/CompleteAbort at e or, TV2, e+1), Empty at e
@@ -330,9 +330,7 @@ func (c CommitCheck) String() string {
 //
 // At the TV2 epoch limit (e >= MaxInt16-1) the EndTxn returns a new producer
 // id at epoch 0; the client reporting it, the rows above apply to that id at
-// epoch 0 in place of e+1, except Empty there: confirmed, a kfake-only
-// limitation (kfake forgets the old producer id at the limit, so the retry
-// cannot ask; an abort there on kfake would be taken for a commit).
+// epoch 0 in place of e+1 (Empty there is empty, TV2).
 func CheckCommit(r Record, clientPID int64, clientEpoch int16, ok bool, o Observation) (CommitCheck, TxnVersion) {
 	e := int32(r.ProducerEpoch)
 	oe := int32(o.ProducerEpoch)
@@ -347,11 +345,9 @@ func CheckCommit(r Record, clientPID int64, clientEpoch int16, ok bool, o Observ
 		case committed:
 			return CommitConfirmed, TV2
 		case o.State == BrokerEmpty:
-			// kfake only, and accepted: it forgets the old producer
-			// id at the limit, so no retry with it can tell a commit
-			// from an abort (Apache Kafka shows CompleteCommit or
+			// kfake only (Apache Kafka shows CompleteCommit or
 			// CompleteAbort at the new id here).
-			return CommitConfirmed, TV2
+			return CommitEmpty, TV2
 		}
 		return CommitNotApplied, TV2
 	}

@@ -288,7 +288,7 @@ func TestCheckCommit(t *testing.T) {
 		// TV2 at the epoch limit: a new producer id at epoch 0.
 		{"tv2 overflow commit", rec(TV2, pid, math.MaxInt16-1), client{pid + 1, 0, true}, obs(BrokerCompleteCommit, pid+1, 0), CommitConfirmed, TV2},
 		{"tv2 overflow abort", rec(TV2, pid, math.MaxInt16-1), client{pid + 1, 0, true}, obs(BrokerCompleteAbort, pid+1, 0), CommitNotApplied, TV2},
-		{"tv2 overflow empty (kfake, accepted)", rec(TV2, pid, math.MaxInt16-1), client{pid + 1, 0, true}, obs(BrokerEmpty, pid+1, 0), CommitConfirmed, TV2},
+		{"tv2 overflow empty (kfake)", rec(TV2, pid, math.MaxInt16-1), client{pid + 1, 0, true}, obs(BrokerEmpty, pid+1, 0), CommitEmpty, TV2},
 		{"tv2 overflow, broker shows another pid", rec(TV2, pid, math.MaxInt16-1), client{pid + 1, 0, true}, obs(BrokerCompleteCommit, pid+2, 0), CommitNotOurs, TV2},
 		{"new pid without the limit", rec(TV2, pid, e), client{pid + 1, 0, true}, obs(BrokerCompleteCommit, pid+1, 0), CommitNotOurs, TV2},
 	} {
