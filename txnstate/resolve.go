@@ -46,8 +46,10 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", m)
 }
 
-// Action is what recovery does for one in-doubt epoch. Every decision is
-// written to the state cache before it is acted upon.
+// Action is what recovery does for one in-doubt epoch. The output writes each
+// decision to the state cache once the epoch's slot is fenced (a previous
+// owner still running can no longer commit on it), and only if the slot
+// still holds the record the decision was made on.
 type Action uint8
 
 const (
@@ -58,8 +60,8 @@ const (
 	// ResumeCommit: send a raw EndTxn(commit) with the stored id, epoch
 	// and version, then write what it returns.
 	ResumeCommit
-	// AbortOpen: write ABORTED, then let InitProducerID on the slot abort
-	// the transaction that is still open.
+	// AbortOpen: let InitProducerID on the slot abort the transaction
+	// that is still open, then write ABORTED.
 	AbortOpen
 	// Stop: nothing exact is known; do not start. The operator decides,
 	// with Override, after looking at the cluster.
