@@ -241,7 +241,10 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	case errors.Is(err, errCommitAborted):
 		// Definite: nothing of the epoch is committed. Its batches are
 		// nacked (replayed) as for an abort before the commit; the
-		// output goes on.
+		// output goes on. The slot gets a fresh client: after franz-go
+		// turned the commit into an abort, the next epoch on the same
+		// client was refused OUT_OF_ORDER_SEQUENCE_NUMBER (kfake TV2).
+		ep.slot.broken = true
 		o.mu.Lock()
 		ep.ending = false
 		o.mu.Unlock()
