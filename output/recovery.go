@@ -162,7 +162,7 @@ func (o *output) observe(ctx context.Context, r txnstate.Record) (txnstate.Outco
 		return txnstate.Unknown, err
 	}
 	out := txnstate.Decide(r, obs)
-	if out == txnstate.StillOpen && r.TxnVersion == txnstate.TV0 && (o.conf.mode == txnstate.KafkaToKafka || o.conf.mode == txnstate.Dedupe) {
+	if out == txnstate.StillOpen && r.TxnVersion == txnstate.TV0 && o.conf.mode != txnstate.Plain {
 		// Under TV0 a slot keeps its producer epoch from one transaction
 		// to the next, so Ongoing at the stored one does not say which
 		// epoch is open: a previous owner still running (a zombie that
@@ -170,8 +170,9 @@ func (o *output) observe(ctx context.Context, r txnstate.Record) (txnstate.Outco
 		// read, and opened a later one on the slot. The probe tells r's
 		// own records apart: committed or aborted is exact; still
 		// undecided, r's epoch is the open one, and Resolve aborts it
-		// (resuming could commit a later epoch without its offsets or
-		// its dedupe positions; the zombie may still commit r's epoch
+		// (resuming could commit a later epoch without its offsets, its
+		// dedupe positions or its mirror positions; the zombie may still
+		// commit r's epoch
 		// before the fence, which afterFence then finds).
 		if p, err := o.probe(ctx, r); err == nil && p != txnstate.Unknown {
 			return p, nil

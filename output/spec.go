@@ -282,7 +282,8 @@ flight, is acknowledged and dropped. An aborted epoch's positions are rolled bac
 a batch that arrives before their replay (Benthos replays nacked batches from a
 retry list, possibly after batches already read) is nacked so that it is replayed
 after them. At start an in-doubt epoch still open is resumed (committed) and its
-positions applied. Positions must increase strictly per key in the order messages
+positions applied under transaction version 2; under version 0 it is aborted and the
+input replays it. Positions must increase strictly per key in the order messages
 reach the output: one pipeline thread, `+"`max_in_flight: 1`"+` (checked), and no
 processor that reorders a key's messages. Dedupe keeps or drops whole messages, so
 it does not go with Arrow messages (a whole source batch each, whose boundaries can

@@ -197,6 +197,8 @@ func TestResolve(t *testing.T) {
 		{"open k2k tv2 resumes", KafkaToKafka, NoOverride, []InDoubt{{r2(1), StillOpen}}, []want{{1, ResumeCommit}}, nil},
 		{"open dedupe tv0 aborts", Dedupe, NoOverride, []InDoubt{{r(1), StillOpen}}, []want{{1, AbortOpen}}, nil},
 		{"open dedupe tv2 resumes", Dedupe, NoOverride, []InDoubt{{r2(1), StillOpen}}, []want{{1, ResumeCommit}}, nil},
+		{"open mirror tv0 aborts", Mirror, NoOverride, []InDoubt{{r(1), StillOpen}}, []want{{1, AbortOpen}}, nil},
+		{"open mirror tv2 resumes", Mirror, NoOverride, []InDoubt{{r2(1), StillOpen}}, []want{{1, ResumeCommit}}, nil},
 		{"unknown stops", Plain, NoOverride, []InDoubt{{r(1), Unknown}}, []want{{1, Stop}}, nil},
 		{"unknown forced committed", Plain, ForceCommitted, []InDoubt{{r(1), Unknown}}, []want{{1, MarkCommitted}}, nil},
 		{"unknown forced aborted", Plain, ForceAborted, []InDoubt{{r(1), Unknown}}, []want{{1, MarkAborted}}, nil},

@@ -27,8 +27,9 @@ const (
 	Dedupe
 	// Mirror: records plus the source positions, produced into the
 	// positions topic of the target cluster inside the same transaction
-	// (a copy between clusters). An open in-doubt epoch is resumed: its
-	// positions commit with it.
+	// (a copy between clusters). An open in-doubt epoch is resumed under
+	// transaction version 2 (its positions commit with it); under version
+	// 0 it is aborted (see Resolve) and copied again from the positions.
 	Mirror
 )
 
@@ -112,8 +113,8 @@ var ErrContradiction = errors.New("txnstate: epoch committed after an earlier ab
 // Resolve decides every in-doubt epoch in epoch order. After the first
 // aborted epoch everything later is aborted (a later epoch never commits over
 // an earlier failed one); an open epoch is aborted in plain mode and, under
-// transaction version 0, in every mode, and resumed otherwise (Kafka-to-Kafka
-// and dedupe under version 2); an unknown one stops recovery unless overridden, and so does
+// transaction version 0, in every mode, and resumed otherwise (Kafka-to-Kafka,
+// dedupe and mirror under version 2); an unknown one stops recovery unless overridden, and so does
 // every later one (its fate depends on the earlier one's). A later epoch
 // found committed after an aborted one is a contradiction: Stop and an error
 // wrapping ErrContradiction.
@@ -177,6 +178,16 @@ func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 					// epoch's positions do not count and the input replays
 					// its messages (nothing of it was acknowledged).
 					dec.Action, dec.Reason = AbortOpen, "open at restart; dedupe under transaction version 0 aborts (the open transaction may be a later epoch of a previous owner still running; the input replays the unacknowledged messages)"
+				case mode == Mirror && d.Record.TxnVersion == TV0:
+					// The same ambiguity: resuming could commit a
+					// later epoch's records without its positions
+					// (written only once the epoch before it
+					// committed), over that earlier epoch, which the
+					// fence then aborts; the copy from the positions
+					// would write them again. Aborted, its positions
+					// abort with it and the copy resumes from the
+					// committed ones.
+					dec.Action, dec.Reason = AbortOpen, "open at restart; mirror under transaction version 0 aborts (the open transaction may be a later epoch of a previous owner still running; the copy resumes from the committed positions)"
 				default:
 					dec.Action, dec.Reason = ResumeCommit, "open at restart; resumed"
 				}
