@@ -33,10 +33,18 @@ import (
 // must find the first epoch committed (the probe) and abort the open
 // transaction instead.
 func TestMirrorRivalResumesLaterEpochTV0(t *testing.T) {
-	e := newMirrorEnv(t, 3, kfake.MaxVersions(kversion.V3_9_0()))
+	testMirrorRivalResumesLaterEpochTV0(t, newMirrorEnv(t, 3, kfake.MaxVersions(kversion.V3_9_0())))
+}
+
+// The same on Apache Kafka, the target cluster under transaction version 0.
+func TestMirrorKafkaRivalResumesLaterEpochTV0(t *testing.T) {
+	testMirrorRivalResumesLaterEpochTV0(t, kafkaMirrorEnv(t, 2, 0, 3))
+}
+
+func testMirrorRivalResumesLaterEpochTV0(t *testing.T, e mirrorEnv) {
 	fc, restore := catchFatal()
 	t.Cleanup(restore) // registered first: runs after the outputs closed
-	const txnID = "mirror-rival"
+	txnID := e.id + "rival"
 	yaml := fmt.Sprintf(`
 seed_brokers: [ %s ]
 transactional_id: %s
