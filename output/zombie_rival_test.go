@@ -49,9 +49,7 @@ func testZombieCommitsWhileRivalStarts(t *testing.T, brokers []string, res func(
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	a := newTestOutput(t, res(), yaml)
-	if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
-		t.Fatal(err)
-	}
+	writeReplaying(ctx, t, a, posBatch("a", 1, 2)) // a fresh client\'s first transaction
 	stalled, wake := make(chan struct{}), make(chan struct{})
 	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
 		if n != 2 {
@@ -136,9 +134,7 @@ func TestZombieLaterEpochOpenAtRivalObserve(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			a := newTestOutput(t, res, yaml)
-			if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
-				t.Fatal(err)
-			}
+			writeReplaying(ctx, t, a, posBatch("a", 1, 2)) // a fresh client\'s first transaction
 			stalled2, wake2 := make(chan struct{}), make(chan struct{})
 			stalled4, wake4 := make(chan struct{}), make(chan struct{})
 			a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
@@ -206,9 +202,7 @@ func TestZombieCommitsAbortedOpenBeforeFence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	a := newTestOutput(t, res, yaml)
-	if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
-		t.Fatal(err)
-	}
+	writeReplaying(ctx, t, a, posBatch("a", 1, 2)) // a fresh client\'s first transaction
 	stalled, wake := make(chan struct{}), make(chan struct{})
 	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
 		switch {
@@ -302,9 +296,7 @@ func testZombieLaterEpochPreparedAtRivalDecision(t *testing.T, brokers []string,
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	a := newTestOutput(t, res(), yaml)
-	if err := a.WriteBatch(ctx, posBatch("a", 1, 2)); err != nil {
-		t.Fatal(err)
-	}
+	writeReplaying(ctx, t, a, posBatch("a", 1, 2)) // a fresh client\'s first transaction
 	stalled, wake := make(chan struct{}), make(chan struct{})
 	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
 		switch {
