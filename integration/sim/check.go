@@ -259,6 +259,13 @@ func (r *runner) check() {
 // quotes escaped).
 var recoveryLine = regexp.MustCompile(`kafka_eos: recovery: epoch (\d+) on \\"([^"\\]+)\\": ([a-z-]+) \(`)
 
+// notWrittenLine is the output's log line of a recovery decision it did not
+// write: once the slots were fenced, the slot held a newer record of its
+// previous owner (the epoch's own COMMITTED or ABORTED, or a later epoch).
+// The decision then holds nothing (an abort-open it made is not probed again
+// either): the previous owner's record is the slot's.
+var notWrittenLine = regexp.MustCompile(`kafka_eos: recovery: slot \\"([^"\\]+)\\" holds epoch \d+ [A-Z]+, written by its previous owner after recovery read epoch (\d+) there`)
+
 // slotRecord is the part of a slot record (the state cache's recovery
 // identity of an epoch) the checker reads.
 type slotRecord struct {
@@ -319,15 +326,32 @@ func (r *runner) checkRecovery(view *logView) {
 			epoch uint64
 			id    string
 		}
+		// A decision the instance then says it did not write (the
+		// slot's record changed before the fence) is not checked: the
+		// previous owner's record is the slot's (an abort-open whose
+		// epoch that owner committed is not probed again then).
+		type line struct {
+			at     int
+			k      decided
+			action string
+		}
+		var lines []line
+		for _, m := range recoveryLine.FindAllStringSubmatchIndex(string(b), -1) {
+			epoch, _ := strconv.ParseUint(string(b[m[2]:m[3]]), 10, 64)
+			lines = append(lines, line{m[0], decided{epoch, string(b[m[4]:m[5]])}, string(b[m[6]:m[7]])})
+		}
+		for _, m := range notWrittenLine.FindAllStringSubmatchIndex(string(b), -1) {
+			epoch, _ := strconv.ParseUint(string(b[m[4]:m[5]]), 10, 64)
+			lines = append(lines, line{m[0], decided{epoch, string(b[m[2]:m[3]])}, "not-written"})
+		}
+		sort.Slice(lines, func(i, j int) bool { return lines[i].at < lines[j].at })
 		var order []decided
 		last := map[decided]string{}
-		for _, m := range recoveryLine.FindAllStringSubmatch(string(b), -1) {
-			epoch, _ := strconv.ParseUint(m[1], 10, 64)
-			k := decided{epoch, m[2]}
-			if _, ok := last[k]; !ok {
-				order = append(order, k)
+		for _, l := range lines {
+			if _, ok := last[l.k]; !ok {
+				order = append(order, l.k)
 			}
-			last[k] = m[3]
+			last[l.k] = l.action
 		}
 		for _, k := range order {
 			epoch, id, action := k.epoch, k.id, last[k]

@@ -68,10 +68,11 @@ func TestCheckerFindsPlantedFaults(t *testing.T) {
 	// written (though acknowledged), r4 written twice, r6 before r2 (key
 	// k0 out of order), batch m0/1/3 seen with 2 of its 3 records, an
 	// aborted epoch whose recovery was logged as mark-committed, and a
-	// transaction left open.
+	// transaction left open. Not planted: a committed epoch decided
+	// abort-open whose decision was then not written.
 	cl, _ := txn("t-a", true, rec(0, "m0/1/3"), rec(1, "m0/2/1"), rec(6, "m0/3/1"), rec(2, "m0/1/3"))
 	cl.Close()
-	cl, _ = txn("t-b", true, rec(4, "m0/4/1"), rec(5, "m0/5/1"), rec(4, "m0/6/1"), rec(7, "m0/7/1"), rec(8, "m0/8/1"), rec(9, "m0/9/1"))
+	cl, committed := txn("t-b", true, rec(4, "m0/4/1"), rec(5, "m0/5/1"), rec(4, "m0/6/1"), rec(7, "m0/7/1"), rec(8, "m0/8/1"), rec(9, "m0/9/1"))
 	cl.Close()
 	cl, aborted := txn("t-c", false, rec(9, "m0/10/1"))
 	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
@@ -94,9 +95,18 @@ func TestCheckerFindsPlantedFaults(t *testing.T) {
 		"partitions": []map[string]any{{"topic": outTopic, "partition": 0, "first_offset": aborted[0].Offset, "pid": aborted[0].ProducerID}},
 	})
 	st.slotWrites = append(st.slotWrites, prepare)
+	// Not a failure: epoch 8 decided abort-open, then not written (its
+	// previous owner committed it and wrote COMMITTED before the fence).
+	prepare, _ = json.Marshal(map[string]any{
+		"transactional_id": "sim-0-2", "epoch": 8, "producer_id": committed[0].ProducerID, "state": "PREPARED",
+		"partitions": []map[string]any{{"topic": outTopic, "partition": 0, "first_offset": committed[0].Offset, "pid": committed[0].ProducerID}},
+	})
+	st.slotWrites = append(st.slotWrites, prepare)
 	dir := t.TempDir()
 	logf := filepath.Join(dir, "m0.log")
-	line := `time="x" level=info msg="kafka_eos: recovery: epoch 7 on \"sim-0-1\": mark-committed (found committed)"` + "\n"
+	line := `time="x" level=info msg="kafka_eos: recovery: epoch 7 on \"sim-0-1\": mark-committed (found committed)"` + "\n" +
+		`time="x" level=info msg="kafka_eos: recovery: epoch 8 on \"sim-0-2\": abort-open (observed open)"` + "\n" +
+		`time="x" level=info msg="kafka_eos: recovery: slot \"sim-0-2\" holds epoch 8 COMMITTED, written by its previous owner after recovery read epoch 8 there: the decision on epoch 8 is not written over it"` + "\n"
 	if err := os.WriteFile(logf, []byte(line), 0o644); err != nil {
 		t.Fatal(err)
 	}
