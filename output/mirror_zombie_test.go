@@ -32,6 +32,14 @@ import (
 // after v-0-4), and the copy from them wrote those records again. The rival
 // must find the first epoch committed (the probe) and abort the open
 // transaction instead.
+//
+// transaction_timeout is far above anything the test waits for: a fenced
+// epoch that has been open that long is taken for one the coordinator
+// aborted for its timeout (txnstate.ClassifyFence), which aborts the epoch
+// and re-initialises the slot instead of stopping, and the running writer
+// would not stop with the fence this test expects. The writer's held epochs
+// stay open while the test waits (up to mirrorDeadline each step), which a
+// loaded machine can stretch past a short timeout.
 func TestMirrorRivalResumesLaterEpochTV0(t *testing.T) {
 	testMirrorRivalResumesLaterEpochTV0(t, newMirrorEnv(t, 3, kfake.MaxVersions(kversion.V3_9_0())))
 }
@@ -51,7 +59,7 @@ transactional_id: %s
 consumer_group: %s
 state_cache: state
 producer_pool_size: 2
-transaction_timeout: 30s
+transaction_timeout: 5m
 epoch: { interval: 20ms }
 mirror: { positions_topic: %s, topics: { %s: %s } }
 `, strings.Join(e.b, ","), txnID, e.group, e.positions, e.src, e.dst)
