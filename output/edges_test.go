@@ -205,6 +205,14 @@ func TestDedupeOwedCountedFromNack(t *testing.T) {
 	if err := o.WriteBatch(ctx, posBatch("k", 1, 3)); err != nil {
 		t.Fatal(err)
 	}
+	// The ack of 1..3 comes before its committed positions are written
+	// (they must be before the slot carries another epoch): the cache goes
+	// down only once they are, or that write's retries would hold the slot
+	// and 4..6 would commit after the cache came back.
+	wait(t, 10*time.Second, "the positions of 1..3 written", func() bool {
+		pos, err := o.store.readPositions(ctx)
+		return err == nil && pos["k"] == 3
+	})
 	// The cache goes down: PREPARE of 4..6 fails, the ABORTED write waits.
 	cache.down.Store(true)
 	done := make(chan error, 1)
