@@ -337,6 +337,9 @@ func (o *output) writeRetry(ctx context.Context, n int, r txnstate.Record) bool 
 			o.zombie(o.slots[n], err)
 			return false
 		}
+		if o.stateRefused(fmt.Sprintf("%s of epoch %d", r.State, r.Epoch), err) {
+			return false
+		}
 		o.log.Warnf("kafka_eos: writing %s of epoch %d: %v", r.State, r.Epoch, err)
 		select {
 		case <-time.After(backoff):
@@ -345,6 +348,20 @@ func (o *output) writeRetry(ctx context.Context, n int, r txnstate.Record) bool 
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// stateRefused stops the output (fatal) if err, a state-cache write's, is a
+// refusal no retry fixes (an authorization or authentication failure: a
+// missing ACL or bad credentials) and reports whether it did. what names the
+// write. The writers that retry until the write lands (writeRetry,
+// savePositions) would otherwise retry it forever, holding the slot, with
+// the pipeline up and writing nothing.
+func (o *output) stateRefused(what string, err error) bool {
+	if !isAuthErr(err) {
+		return false
+	}
+	o.stop(fmt.Errorf("kafka_eos %q: writing %s to the state cache was refused, the output stops: %w", o.conf.transactionalID, what, err), true)
+	return true
 }
 
 // errCommitNotApplied: EndTransaction(commit) returned nil, yet the broker

@@ -407,6 +407,9 @@ func (o *output) savePositions(ctx context.Context) bool {
 			o.stop(&FencedError{TransactionalID: o.conf.transactionalID, Err: err}, true)
 			return false
 		}
+		if o.stateRefused("the committed dedupe positions", err) {
+			return false
+		}
 		o.log.Warnf("kafka_eos: writing the committed dedupe positions: %v", err)
 		select {
 		case <-time.After(backoff):

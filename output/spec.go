@@ -366,8 +366,10 @@ order, and output batches that wait for each other's ranges are nacked again and
 A record for a topic that does not exist aborts its epoch; its batch is nacked
 with an error naming the topic, partition and size.
 Authentication and authorization failures, and a fence by another producer, stop
-the pipeline (connect-eos exits non-zero). Our own transaction timing out is not
-a fence: the epoch is aborted, nacked and retried on a fresh producer.
+the pipeline (connect-eos exits non-zero); so does a state cache write the broker
+refuses that way (a missing Write ACL on the `+"`kafka_state`"+` topic), which is never
+retried. Our own transaction timing out is not a fence: the epoch is aborted, nacked
+and retried on a fresh producer.
 
 ### Metrics
 

@@ -20,11 +20,12 @@ import (
 // stateFaults answers the Produce requests to the state topic with
 // REQUEST_TIMED_OUT while on is set (the broker appended, or not, and
 // replication did not finish: franz-go cannot tell whether the record landed
-// and, by default, retries it past its context), and records the time of
-// every EndTxn the output sends, by outcome.
+// and, by default, retries it past its context), or with code if set, and
+// records the time of every EndTxn the output sends, by outcome.
 type stateFaults struct {
-	on  atomic.Bool
-	hit atomic.Int64
+	on   atomic.Bool
+	hit  atomic.Int64
+	code atomic.Int32 // the error code answered; 0: REQUEST_TIMED_OUT
 
 	mu      sync.Mutex
 	aborts  []time.Time
@@ -76,6 +77,9 @@ func injectStateFaults(t *testing.T, c *kfake.Cluster, stateTopic string) *state
 				sp := kmsg.NewProduceResponseTopicPartition()
 				sp.Partition = rp.Partition
 				sp.ErrorCode = kerr.RequestTimedOut.Code
+				if code := int16(f.code.Load()); code != 0 {
+					sp.ErrorCode = code
+				}
 				st.Partitions = append(st.Partitions, sp)
 			}
 			resp.Topics = append(resp.Topics, st)

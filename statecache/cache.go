@@ -467,6 +467,10 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 		return fmt.Errorf("kafka_state: writing key %q to topic %q: the cache was closed with the write in flight (the write may or may not have happened): %w", key, c.cfg.Topic, ErrClosed)
 	case errors.Is(err, errNoAnswer):
 		return fmt.Errorf("kafka_state: writing key %q to topic %q: no answer from the broker before the deadline (the write may or may not have happened; the record may still land, a later read of the topic tells): %w", key, c.cfg.Topic, ctx.Err())
+	case isRefusal(err):
+		// A missing ACL or bad credentials: the broker answered, and
+		// every retry gets the same answer until an operator fixes them.
+		return fmt.Errorf("kafka_state: writing key %q to topic %q: the broker refused the write (not authorized: a missing ACL or bad credentials, which no retry fixes; this request wrote nothing): %w", key, c.cfg.Topic, err)
 	default:
 		// Nothing was sent when the topic changed under the client
 		// (UNKNOWN_TOPIC_ID): say that rather than an unknown outcome.
@@ -484,6 +488,14 @@ func (c *Cache) write(ctx context.Context, key string, value []byte, add bool) e
 	}
 	c.deleteOthers(ctx, key, stale)
 	return nil
+}
+
+// isRefusal reports a produce error that is the broker refusing the
+// principal (an authorization or authentication failure): definite, and
+// the same at every retry.
+func isRefusal(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.SaslAuthenticationFailed)
 }
 
 // putOwn applies a record this process wrote, once acknowledged: to the view

@@ -53,7 +53,7 @@ A component that owns a key (the kafka_eos output owns its slot records) can sto
 
 - `+"`add`"+` fails with "key already exists" when this process knows the key; it is **not** a compare-and-set across processes: two processes adding the same key both succeed and the later record wins.
 - **No TTL.** A compacted topic keeps the last value of a key until the key is deleted, so a write with a TTL is rejected rather than stored forever.
-- A write that returns an error other than a refusal (TTL, size, fence, reserved key, a topic the cache stopped on, a write that gave up waiting for an earlier one, which says "nothing written") may still have been written: the produce outcome is unknown, and the next read of the topic tells.
+- A write that returns an error other than a refusal (TTL, size, fence, reserved key, a topic the cache stopped on, a write that gave up waiting for an earlier one, which says "nothing written", the broker refusing the principal, below) may still have been written: the produce outcome is unknown, and the next read of the topic tells.
 - Memory: the whole key space is held in memory (a deleted key is forgotten once a read has passed its tombstone, except after a fenced delete, whose token stays), and a new process reads the whole topic. This is a cache for small state (offsets, recovery records), not for bulk data.
 
 ### The topic
@@ -69,7 +69,7 @@ An existing topic must have a `+"`cleanup.policy`"+` containing `+"`compact`"+`;
 
 ### Permissions
 
-With ACLs the principal needs, on the topic: Describe, DescribeConfigs, Read and Write, and Create if the cache is to create it (or create the topic beforehand). Brokers before Kafka 3.0 also want IdempotentWrite on the cluster for the idempotent producer.`).
+With ACLs the principal needs, on the topic: Describe, DescribeConfigs, Read and Write, and Create if the cache is to create it (or create the topic beforehand). Brokers before Kafka 3.0 also want IdempotentWrite on the cluster for the idempotent producer. A write the broker refuses for a missing ACL or bad credentials (`+"`TOPIC_AUTHORIZATION_FAILED`"+`, `+"`CLUSTER_AUTHORIZATION_FAILED`"+`) returns at once with an error naming the key and the topic, saying the broker refused the write and that no retry fixes it, and wrapping the broker's error; the request wrote nothing. The kafka_eos output stops on it (connect-eos exits 3) rather than retry it.`).
 		Fields(kafkaconf.Fields()...).
 		Fields(
 			service.NewStringField(ksFieldTopic).
