@@ -258,7 +258,7 @@ func (mm *mirrorMode) prepare(ctx context.Context, ep *epoch, rec *txnstate.Reco
 	for i, pr := range em.recs {
 		recs[i] = &kgo.Record{Topic: m.conf.positionsTopic, Partition: 0, Key: pr.Key(), Value: pr.Value()}
 	}
-	if err := ep.slot.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	if err := produceWithin(ctx, ep.slot.cl, o.conf.commitBudget, recs); err != nil {
 		return fmt.Errorf("writing %d records to the positions topic %s: %w", len(recs), m.conf.positionsTopic, err)
 	}
 	ep.wrote(recs)
@@ -692,4 +692,53 @@ func describeRecords(rs []txnstate.PositionRecord) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, ", ")
+}
+
+// produceWithin produces recs and waits for every one's answer, at most
+// budget (commit_timeout). franz-go's ProduceSync waits for the answers
+// alone, and a record can stay buffered with no request sent for it: after
+// an AddPartitionsToTxn refused PRODUCER_FENCED, a record buffered to a topic
+// new to the client during that refusal was neither sent nor failed (seen
+// under transaction version 0 on kfake); the commit then waited for the
+// epoch's deadline. Past the budget the client's buffered records are
+// aborted (its flush sends every partition again, and a failed producer id
+// fails them) and the records' errors are returned.
+func produceWithin(ctx context.Context, cl *kgo.Client, budget time.Duration, recs []*kgo.Record) error {
+	answers := make(chan error, len(recs))
+	for _, r := range recs {
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) { answers <- err })
+	}
+	timer := time.NewTimer(budget)
+	defer timer.Stop()
+	var first error
+	note := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for got := 0; got < len(recs); got++ {
+		select {
+		case err := <-answers:
+			note(err)
+			continue
+		case <-timer.C:
+		}
+		actx, cancel := context.WithTimeout(ctx, budget)
+		aerr := cl.AbortBufferedRecords(actx)
+		cancel()
+		// The abort returns once nothing is buffered: every answer is in.
+		for ; got < len(recs); got++ {
+			select {
+			case err := <-answers:
+				note(err)
+			default:
+				return fmt.Errorf("no answer for %d of %d records within commit_timeout %v, and aborting them: %v", len(recs)-got, len(recs), budget, aerr)
+			}
+		}
+		if first != nil {
+			return fmt.Errorf("no answer within commit_timeout %v, the buffered records aborted: %w", budget, first)
+		}
+		return nil
+	}
+	return first
 }
