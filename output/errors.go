@@ -69,12 +69,31 @@ type InDoubtError struct {
 	ProducerID      int64
 	ProducerEpoch   int16
 	Detail          string
+	// Cause, if set, is why recovery could not identify the epoch: the
+	// error of its DescribeTransactions or of its Fetch probe.
+	Cause error
 }
 
 func (e *InDoubtError) Error() string {
-	return fmt.Sprintf("kafka_eos: epoch %d on %q (producer id %d, epoch %d) is in doubt: %s; the next start resolves it from the state cache (or set recovery_override after checking the topic)", e.Epoch, e.TransactionalID, e.ProducerID, e.ProducerEpoch, e.Detail)
+	detail, next := e.Detail, "the next start resolves it from the state cache (or set recovery_override after checking the topic)"
+	if e.Cause != nil {
+		detail += "; recovery's check of the epoch failed: " + e.Cause.Error()
+		if isAuthErr(e.Cause) {
+			// The same refusal meets every start: saying the next
+			// one resolves it would send the operator round in circles.
+			next = "the broker refuses that check (a missing ACL or bad credentials), and every start stops here until it is fixed; then the next start resolves the epoch from the state cache (or set recovery_override after checking the topic)"
+		}
+	}
+	return fmt.Sprintf("kafka_eos: epoch %d on %q (producer id %d, epoch %d) is in doubt: %s; %s", e.Epoch, e.TransactionalID, e.ProducerID, e.ProducerEpoch, detail, next)
 }
-func (e *InDoubtError) Unwrap() error { return ErrInDoubt }
+
+// Unwrap returns ErrInDoubt, and Cause if set.
+func (e *InDoubtError) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{ErrInDoubt, e.Cause}
+	}
+	return []error{ErrInDoubt}
+}
 
 // isFenceErr reports errors that mean "this producer id/epoch is no longer
 // current": a zombie fence or our own transaction timing out; ClassifyFence

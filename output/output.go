@@ -216,11 +216,13 @@ func (o *output) connectLocked(ctx context.Context) error {
 	rec, err := o.recover(ctx)
 	if err != nil {
 		var ide *InDoubtError
-		if errors.As(err, &ide) {
+		if errors.As(err, &ide) && !isAuthErr(err) {
 			// UNKNOWN never defaults to aborted. Wait (Benthos retries
 			// Connect with a backoff: the coordinator may still be
 			// writing markers, a broker may be down), then stop with an
-			// error an operator can act on (recovery_override).
+			// error an operator can act on (recovery_override). A
+			// check the broker refused (a missing ACL) fails every
+			// attempt alike: classifyConnectErr stops at once.
 			o.inDoubtAttempts++
 			o.log.Errorf("%v (attempt %d of %d)", err, o.inDoubtAttempts, inDoubtAttempts)
 			if o.inDoubtAttempts >= inDoubtAttempts {
@@ -297,6 +299,9 @@ func (o *output) classifyConnectErr(err error) error {
 		return fatal.Raise(&FencedError{TransactionalID: o.conf.transactionalID, Err: err})
 	}
 	if isAuthErr(err) && !errors.As(err, &fe) {
+		if errors.As(err, new(*InDoubtError)) {
+			return fatal.Raise(err) // it names the slot's transactional id
+		}
 		return fatal.Raise(fmt.Errorf("kafka_eos %q: %w", o.conf.transactionalID, err))
 	}
 	return err

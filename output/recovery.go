@@ -95,6 +95,7 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 	}
 	var inDoubt []txnstate.InDoubt
 	slotOf := map[uint64]int{}
+	obsErr := map[uint64]error{} // why an epoch was not identified
 	for _, sr := range recs {
 		if sr.r.State != txnstate.Prepared {
 			continue
@@ -102,6 +103,7 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 		out, err := o.observe(ctx, sr.r)
 		if err != nil {
 			o.log.Warnf("kafka_eos: recovery of epoch %d on %q: %v", sr.r.Epoch, sr.r.TransactionalID, err)
+			obsErr[sr.r.Epoch] = err
 		}
 		o.log.Infof("kafka_eos: recovery: epoch %d on %q (producer id %d, epoch %d, TV%d) is in doubt; observed %v", sr.r.Epoch, sr.r.TransactionalID, sr.r.ProducerID, sr.r.ProducerEpoch, sr.r.TxnVersion, out)
 		inDoubt = append(inDoubt, txnstate.InDoubt{Record: sr.r, Outcome: out})
@@ -149,7 +151,7 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 			if cerr != nil {
 				detail += ": " + cerr.Error()
 			}
-			return rec, &InDoubtError{TransactionalID: d.Record.TransactionalID, Epoch: d.Record.Epoch, ProducerID: d.Record.ProducerID, ProducerEpoch: d.Record.ProducerEpoch, Detail: detail}
+			return rec, &InDoubtError{TransactionalID: d.Record.TransactionalID, Epoch: d.Record.Epoch, ProducerID: d.Record.ProducerID, ProducerEpoch: d.Record.ProducerEpoch, Detail: detail, Cause: obsErr[d.Record.Epoch]}
 		}
 	}
 	return rec, nil
@@ -217,6 +219,7 @@ func (o *output) afterFence(ctx context.Context, rec *recovered, slots []*slot) 
 	limit := max(hw, o.conf.poolSize)
 	var inDoubt []txnstate.InDoubt
 	slotOf := map[uint64]int{}
+	obsErr := map[uint64]error{} // why an epoch was not identified
 	for n := 0; ; n++ {
 		r, ok, err := o.store.readSlot(ctx, n)
 		if err != nil {
@@ -254,6 +257,7 @@ func (o *output) afterFence(ctx context.Context, rec *recovered, slots []*slot) 
 		}
 		if err != nil {
 			o.log.Warnf("kafka_eos: recovery of epoch %d on %q: %v", r.Epoch, r.TransactionalID, err)
+			obsErr[r.Epoch] = err
 		}
 		o.log.Infof("kafka_eos: recovery: epoch %d on %q (producer id %d, epoch %d, TV%d) was prepared by a previous owner after this instance read the state cache; observed %v", r.Epoch, r.TransactionalID, r.ProducerID, r.ProducerEpoch, r.TxnVersion, out)
 		inDoubt = append(inDoubt, txnstate.InDoubt{Record: r, Outcome: out})
@@ -274,7 +278,7 @@ func (o *output) afterFence(ctx context.Context, rec *recovered, slots []*slot) 
 			if cerr != nil {
 				detail += ": " + cerr.Error()
 			}
-			return &InDoubtError{TransactionalID: d.Record.TransactionalID, Epoch: d.Record.Epoch, ProducerID: d.Record.ProducerID, ProducerEpoch: d.Record.ProducerEpoch, Detail: detail}
+			return &InDoubtError{TransactionalID: d.Record.TransactionalID, Epoch: d.Record.Epoch, ProducerID: d.Record.ProducerID, ProducerEpoch: d.Record.ProducerEpoch, Detail: detail, Cause: obsErr[d.Record.Epoch]}
 		}
 		if n < len(slots) {
 			r.Fence = max(r.Fence, slots[n].lastFence)
