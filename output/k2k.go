@@ -585,15 +585,16 @@ func (o *output) dropStaleLocked(spans []handover.Span) (bool, error) {
 }
 
 // admitWait bounds how long a batch ahead of its partition's run waits for
-// its predecessor. Benthos may hold the predecessor behind the waiting batch
-// (max_in_flight), typically a batch nacked by an aborted epoch and queued for
-// replay while its successor, read earlier, already sits in WriteBatch.
+// its predecessor. The waiting batch gives its turn to write up meanwhile
+// (see spareCalls), so that the predecessor can reach the output; Benthos
+// may still hold it behind the waiting batch when every call it may make at
+// once (max_in_flight plus spareCalls) waits.
 const admitWait = 5 * time.Second
 
-// admitWaitFull is the wait instead of admitWait when every other batch
-// Benthos may have in flight (max_in_flight) already waits; with
-// max_in_flight 1 always: no other batch can bring the predecessor then,
-// only a hand-over of positions (a range filtered out upstream) can.
+// admitWaitFull is the wait instead of admitWait when every other
+// WriteBatch call Benthos may make at once (max_in_flight plus spareCalls)
+// already waits: no other batch can bring the predecessor then, only a
+// hand-over of positions (a range filtered out upstream) can.
 const admitWaitFull = time.Second
 
 // admitWaitQueued is the wait instead of admitWaitFull when every gap the
@@ -623,7 +624,7 @@ var ErrOutOfOrder = errors.New("kafka_eos: batch ahead of its partition's commit
 // join; they are not admitted yet: see k2kMode.admit). Called with o.mu
 // held, after joinLocked; it returns the epoch to join (the open one may
 // have changed while it waited), and a nil mask when every span joins.
-func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epoch) (*epoch, []bool, error) {
+func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epoch, t *turn) (*epoch, []bool, error) {
 	var (
 		timer   *time.Timer
 		waited  time.Duration
@@ -654,14 +655,15 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 		if timer != nil {
 			others--
 		}
-		full := others+1 >= o.conf.maxInFlight
+		full := others+1 >= o.calls
 		if timer == nil {
 			waited = admitWait
 			if full {
 				// Every other WriteBatch Benthos may run at once
 				// already waits: the predecessor may be queued
 				// behind us (seen on a loaded machine with two
-				// pipeline threads: bursts of admitWait stalls).
+				// pipeline threads and max_in_flight 1, before
+				// the spare calls: bursts of admitWait stalls).
 				// Wait admitWaitFull only: what these waits need
 				// most of the time (a hand-over of a range filtered
 				// out upstream, a predecessor in another slot)
@@ -693,6 +695,9 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 				waited = admitWaitQueued
 			}
 		}
+		// Give the turn up while waiting: the batch waited for may
+		// need it (with max_in_flight 1 always; see spareCalls).
+		t.give()
 		o.mu.Unlock()
 		forced := false
 		select {
@@ -703,6 +708,10 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 			o.mu.Lock()
 			return nil, nil, ctx.Err()
 		case <-o.closedCh:
+		}
+		if err := t.take(ctx); err != nil {
+			o.mu.Lock()
+			return nil, nil, err
 		}
 		o.mu.Lock()
 		var err error
@@ -1145,7 +1154,7 @@ func (m *k2kMode) admit(ctx context.Context, w *write, ep *epoch) (*epoch, error
 	if drop, err := o.dropStaleLocked(w.spans); drop || err != nil {
 		return nil, err
 	}
-	ep, mask, err := o.admitLocked(ctx, w.spans, ep)
+	ep, mask, err := o.admitLocked(ctx, w.spans, ep, w.turn)
 	if err != nil {
 		return nil, err
 	}

@@ -98,8 +98,16 @@ type output struct {
 	// admitWaiting counts WriteBatch calls waiting in admitLocked for
 	// their predecessor (Kafka-to-Kafka).
 	admitWaiting int
-	stopErr      error // set once the output stops (fatal, crash, close)
-	closing      bool
+	// turns holds a token per WriteBatch call that may write
+	// (max_in_flight of them), in Kafka-to-Kafka mode only (not mirror),
+	// where Benthos may call WriteBatch spareCalls more times at once: a
+	// batch waiting for its predecessor gives its token up (see turn).
+	turns chan struct{}
+	// calls is how many WriteBatch calls Benthos may make at once (what
+	// the output tells it its max_in_flight is).
+	calls   int
+	stopErr error // set once the output stops (fatal, crash, close)
+	closing bool
 	// inDoubtAttempts counts Connect attempts that found an in-doubt epoch
 	// nothing identifies.
 	inDoubtAttempts int
@@ -158,6 +166,11 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 		o.mode = &dedupeMode{o: o}
 	default:
 		o.mode = plainMode{}
+	}
+	o.calls = c.maxInFlight
+	if o.k2k != nil && o.mirror == nil {
+		o.turns = make(chan struct{}, c.maxInFlight)
+		o.calls += spareCalls
 	}
 	return o, nil
 }
@@ -313,8 +326,14 @@ func (o *output) classifyConnectErr(err error) error {
 // be written (ErrCannotWrite) fails alone; the mode decides what else is not
 // written with it (see mode).
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	t, err := o.takeTurn(ctx) // at most max_in_flight calls past here (Kafka-to-Kafka)
+	if err != nil {
+		return err
+	}
+	defer t.give()
 	w := o.toRecords(batch) // one record per message or Arrow row; the unwritable fail
 	defer w.release()
+	w.turn = t
 	o.skipWritten(w)                          // replays of messages written beside a failed one
 	o.mode.read(w)                            // spans, or keys and positions; what is held back
 	ep, err := o.admit(ctx, w, o.sentBack(w)) // join an epoch by the mode's rules
@@ -323,6 +342,60 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	}
 	o.produce(ep, w)                     // outside o.mu, on the epoch's slot
 	return o.result(w, o.await(ctx, ep)) // the epoch's outcome
+}
+
+// spareCalls is how many WriteBatch calls Benthos may make at once beyond
+// max_in_flight in Kafka-to-Kafka mode (not mirror mode). A batch ahead of its
+// partition's run waits there for the batch before it, which may still be on
+// its way from another pipeline thread; were the waiting batch to hold one of
+// Benthos' max_in_flight calls, the one before it could not reach the output
+// until the waiting one was nacked (with max_in_flight 1 always: a copy with
+// two pipeline threads crawled a second or more per batch). So only
+// max_in_flight calls hold a turn and write (o.turns), and a waiting batch
+// gives its turn up; the spare calls let the batches it waits for in. They
+// cost memory only: a call waiting for a turn holds its batch, as Benthos'
+// pipeline would.
+const spareCalls = 8
+
+// turn is a WriteBatch call's hold of one of o.turns: nil where the output
+// has none (every call writes, Benthos bounds them).
+type turn struct {
+	o    *output
+	held bool
+}
+
+// takeTurn waits for a turn to write. Once the output is closed it returns
+// one not held: admit then finds the output stopped.
+func (o *output) takeTurn(ctx context.Context) (*turn, error) {
+	if o.turns == nil {
+		return nil, nil
+	}
+	t := &turn{o: o}
+	return t, t.take(ctx)
+}
+
+// take waits for a turn, unless t already holds one.
+func (t *turn) take(ctx context.Context) error {
+	if t == nil || t.held {
+		return nil
+	}
+	select {
+	case t.o.turns <- struct{}{}:
+		t.held = true
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.o.closedCh:
+	}
+	return nil
+}
+
+// give gives the turn up, if t holds one.
+func (t *turn) give() {
+	if t == nil || !t.held {
+		return
+	}
+	t.held = false
+	<-t.o.turns
 }
 
 // admit joins w to an epoch under the mode's rules and adds it there. It

@@ -248,11 +248,16 @@ group should read with `+"`isolation_level: read_committed`"+`. A batch that rea
 ahead of its partition's contiguous run (several pipeline threads or batches in
 flight reorder them) waits until the batch before it joined an epoch, was
 handed over or committed, so that an epoch never commits records past its
-offsets; after 5s it is nacked with a warning (after 1s once every batch
-Benthos may have in flight waits, and 100ms then if the batch before it is one
-this output nacked: Benthos may hold the predecessor behind it, e.g. a batch
-nacked by an aborted epoch and queued for replay) and Benthos replays it after
-its predecessor. A batch merging input batches (output `+"`batching`"+`) writes those
+offsets. A waiting batch does not count against `+"`max_in_flight`"+`: in this mode
+Benthos may hand the output up to 8 batches more than `+"`max_in_flight`"+` at once,
+of which `+"`max_in_flight`"+` write at a time, so the batch before it still reaches
+the output (several pipeline threads above `+"`max_in_flight`"+` reorder batches, and a
+waiting batch holding the only call of `+"`max_in_flight: 1`"+` kept its predecessor
+out). After 5s it is nacked with a warning (after 1s once every call Benthos may
+make at once waits, and 100ms then if the batch before it is one this output
+nacked: Benthos may hold the predecessor behind it, e.g. a batch nacked by an
+aborted epoch and queued for replay) and Benthos replays it after its
+predecessor. A batch merging input batches (output `+"`batching`"+`) writes those
 that continue their partition's run at once and nacks only the others, and
 writes its records in source order per partition, so per-partition order
 holds. With `+"`group_membership`"+` (several processes in one group, each with its
@@ -453,7 +458,7 @@ on their increase sees the first one.
 				Default(defaultMaxBufferedBytes).
 				Advanced(),
 			service.NewIntField(keoFieldMaxInFlight).
-				Description("The maximum number of batches in flight across epochs; when that many wait, the open epoch closes. A batch is held until its epoch commits, so this caps both the size of an epoch and the memory of the output: about `max_in_flight` x the bytes of a batch (plus a few hundred bytes per record). With small batches (Benthos inputs that emit one message per batch) raise it or set `batching`, or epochs stay tiny. Default 64 (measured in docs/benchmarks.md: 256 gained 0 to 27 % at 100 B records and nothing at 1 KiB, for twice the memory).").
+				Description("The maximum number of batches in flight across epochs; when that many wait, the open epoch closes. A batch is held until its epoch commits, so this caps both the size of an epoch and the memory of the output: about `max_in_flight` x the bytes of a batch (plus a few hundred bytes per record). In Kafka-to-Kafka mode (`consumer_group`, not `mirror`) Benthos may hand the output up to 8 batches more, which wait there for a turn to write or for the batch before them in their partition: count them in the memory too. With small batches (Benthos inputs that emit one message per batch) raise it or set `batching`, or epochs stay tiny. Default 64 (measured in docs/benchmarks.md: 256 gained 0 to 27 % at 100 B records and nothing at 1 KiB, for twice the memory).").
 				Default(defaultMaxInFlight),
 			kafkaconf.EnumField(keoFieldRecoveryOverride, keoOverrideNone, keoOverrideForceCommitted, keoOverrideForceAborted).
 				Description("For operators only: how to decide an in-doubt epoch that neither the broker's transaction state nor the Fetch probe identifies (its records were deleted or compacted away). `none` (the default) refuses to start.").
@@ -558,7 +563,7 @@ func init() {
 		if err != nil {
 			return nil, service.BatchPolicy{}, 0, err
 		}
-		return o, o.conf.batching, o.conf.maxInFlight, nil
+		return o, o.conf.batching, o.calls, nil
 	}); err != nil {
 		panic(err)
 	}

@@ -45,6 +45,9 @@ type write struct {
 	pos []txnstate.KeyPos
 
 	ref *batchRef // once joined
+	// turn is the WriteBatch call's turn to write (Kafka-to-Kafka): given
+	// up while the batch waits for its predecessor.
+	turn *turn
 }
 
 // fail marks message i as not written with err (the first reason stays).
