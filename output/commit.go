@@ -528,10 +528,28 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	if err := s.cl.AbortBufferedRecords(actx); err != nil {
 		s.broken = true
 	}
-	if err := s.cl.EndTransaction(actx, kgo.TryAbort); err != nil {
+	// The EndTxn gets its own budget: an abort of buffered records that
+	// waited for all of it would otherwise leave the EndTxn none.
+	ectx, ecancel := context.WithTimeout(ctx, o.conf.commitBudget)
+	defer ecancel()
+	err := s.cl.EndTransaction(ectx, kgo.TryAbort)
+	if err != nil {
 		o.log.Warnf("kafka_eos: aborting epoch %d on %q: %v", ep.n, s.id, err)
+	}
+	if err != nil || s.broken {
+		if !isFenceErr(err) {
+			// The slot is re-initialised below: if the client's
+			// producer id was fenced (the abort timed out, or
+			// franz-go ended nothing), that would take the
+			// transactional id back from the instance that fenced
+			// us. ProducerID sends nothing for a failed id; it
+			// returns the failure.
+			if _, _, perr := s.cl.ProducerID(ectx); isFenceErr(perr) {
+				err = perr
+			}
+		}
 		if isFenceErr(err) {
-			if o.fenceKind(actx, ep) == txnstate.FenceZombie {
+			if o.fenceKind(ectx, ep) == txnstate.FenceZombie {
 				o.zombie(s, err)
 				return
 			}

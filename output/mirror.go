@@ -700,9 +700,10 @@ func describeRecords(rs []txnstate.PositionRecord) string {
 // an AddPartitionsToTxn refused PRODUCER_FENCED, a record buffered to a topic
 // new to the client during that refusal was neither sent nor failed (seen
 // under transaction version 0 on kfake); the commit then waited for the
-// epoch's deadline. Past the budget the client's buffered records are
-// aborted (its flush sends every partition again, and a failed producer id
-// fails them) and the records' errors are returned.
+// epoch's deadline (franz-go's own flush did not send it either). Past the
+// budget: a producer id that failed (a fence) is returned as the error;
+// otherwise the client's buffered records are aborted and the records'
+// errors are returned.
 func produceWithin(ctx context.Context, cl *kgo.Client, budget time.Duration, recs []*kgo.Record) error {
 	answers := make(chan error, len(recs))
 	for _, r := range recs {
@@ -722,6 +723,14 @@ func produceWithin(ctx context.Context, cl *kgo.Client, budget time.Duration, re
 			note(err)
 			continue
 		case <-timer.C:
+		}
+		// A failed producer id (fenced) never sends them: say so at once.
+		// ProducerID sends nothing then, it returns the failure.
+		pctx, pcancel := context.WithTimeout(ctx, budget)
+		_, _, perr := cl.ProducerID(pctx)
+		pcancel()
+		if perr != nil {
+			return fmt.Errorf("no answer for %d of %d records within commit_timeout %v, the producer id failed: %w", len(recs)-got, len(recs), budget, perr)
 		}
 		actx, cancel := context.WithTimeout(ctx, budget)
 		aerr := cl.AbortBufferedRecords(actx)
