@@ -722,6 +722,19 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 			if ok, _ := o.k2k.admissible(spans); ok {
 				return ep, nil, nil
 			}
+			if o.turns != nil && o.unadmitted.Load() > int64(o.admitWaiting) {
+				// A call that does not wait for its predecessor
+				// has not joined yet: it waits for a turn to
+				// write, behind batches that write (they finish
+				// on their own, within the transaction timeout),
+				// or is about to join, and may hold the batch
+				// this one waits for. Nacked, this one would
+				// only come back behind it (seen with an epoch
+				// flushing for seconds: every batch then in the
+				// spare calls was nacked).
+				timer.Reset(waited)
+				continue
+			}
 			o.m.k2kOutOfOrder()
 			if mask, _ := o.k2k.reachable(spans); slices.Contains(mask, true) {
 				return ep, mask, nil // partly admissible now: see above

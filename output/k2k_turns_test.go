@@ -119,3 +119,67 @@ func TestK2KOnlyMaxInFlightCallsWrite(t *testing.T) {
 		t.Fatalf("committed %v, want 0:10 1:10", got)
 	}
 }
+
+// A batch that waited admitWait for the batch before it is not nacked while a
+// call waits for a turn to write: that call may hold the batch before it, and
+// the calls that write finish on their own. Nacked instead (as every batch in
+// the spare calls was while an epoch flushed for seconds), it would only come
+// back behind its predecessor. Here both turns of max_in_flight 2 are held by
+// batches of other partitions held before they produce, past admitWait.
+func TestK2KWaitOutlastsTheTurnsOfWritingBatches(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	o := newTestOutput(t, newResources(), baseYAML(brokers, "k2k-turn-wait", "consumer_group: "+k2kGroup+"\nmax_in_flight: 2\npartitioner: manual\npartition: '0'\n"))
+	held, release := make(chan string, 4), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	o.hooks = &testHooks{beforeProduce: func(_ uint64, b service.MessageBatch) {
+		v, _ := b[0].AsBytes()
+		if s := string(v); s == "a-0" || s == "b-0" {
+			held <- s
+			<-release
+		}
+	}}
+	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 0, 1: 0, 2: 0}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := o.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 30s", what)
+			}
+		}
+	}
+	errs := make(chan error, 4)
+	write := func(b service.MessageBatch) { go func() { errs <- o.WriteBatch(ctx, b) }() }
+	write(spanBatch("a", 0, 0, 10, 1)) // holds a turn
+	<-held
+	write(spanBatch("w", 1, 10, 20, 1)) // waits for [0, 10) of partition 1
+	waitFor("waiting batch", func() bool { o.mu.Lock(); defer o.mu.Unlock(); return o.admitWaiting == 1 })
+	write(spanBatch("b", 2, 0, 10, 1)) // holds the other turn
+	<-held
+	write(spanBatch("p", 1, 0, 10, 1)) // the batch w waits for: no turn left
+	waitFor("call waiting for a turn", func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.unadmitted.Load() == int64(o.admitWaiting)+1
+	})
+	time.Sleep(admitWait + 500*time.Millisecond)
+	free()
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := o.m.tally.get(metricK2KOutOfOrder); got != 0 {
+		t.Fatalf("%d batches nacked after waiting for the batch before them, want 0", got)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 10 || got[1] != 20 || got[2] != 10 {
+		t.Fatalf("committed %v, want 0:10 1:20 2:10", got)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -105,9 +106,14 @@ type output struct {
 	turns chan struct{}
 	// calls is how many WriteBatch calls Benthos may make at once (what
 	// the output tells it its max_in_flight is).
-	calls   int
-	stopErr error // set once the output stops (fatal, crash, close)
-	closing bool
+	calls int
+	// unadmitted counts the WriteBatch calls (Kafka-to-Kafka) that have
+	// not joined an epoch nor been refused yet: those waiting for their
+	// predecessor (admitWaiting), and the others, which may hold the
+	// batch one of those waits for (see admitLocked).
+	unadmitted atomic.Int64
+	stopErr    error // set once the output stops (fatal, crash, close)
+	closing    bool
 	// inDoubtAttempts counts Connect attempts that found an in-doubt epoch
 	// nothing identifies.
 	inDoubtAttempts int
@@ -326,8 +332,12 @@ func (o *output) classifyConnectErr(err error) error {
 // be written (ErrCannotWrite) fails alone; the mode decides what else is not
 // written with it (see mode).
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+	if o.turns != nil {
+		o.unadmitted.Add(1)
+	}
 	t, err := o.takeTurn(ctx) // at most max_in_flight calls past here (Kafka-to-Kafka)
 	if err != nil {
+		o.unadmitted.Add(-1)
 		return err
 	}
 	defer t.give()
@@ -337,6 +347,9 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	o.skipWritten(w)                          // replays of messages written beside a failed one
 	o.mode.read(w)                            // spans, or keys and positions; what is held back
 	ep, err := o.admit(ctx, w, o.sentBack(w)) // join an epoch by the mode's rules
+	if o.turns != nil {
+		o.unadmitted.Add(-1)
+	}
 	if err != nil || ep == nil {
 		return o.result(w, err) // nacked, or nothing to write
 	}

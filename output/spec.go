@@ -256,8 +256,9 @@ waiting batch holding the only call of `+"`max_in_flight: 1`"+` kept its predece
 out). After 5s it is nacked with a warning (after 1s once every call Benthos may
 make at once waits, and 100ms then if the batch before it is one this output
 nacked: Benthos may hold the predecessor behind it, e.g. a batch nacked by an
-aborted epoch and queued for replay) and Benthos replays it after its
-predecessor. A batch merging input batches (output `+"`batching`"+`) writes those
+aborted epoch and queued for replay; never while another call has not joined
+an epoch yet, e.g. waits for a turn to write: it may hold the predecessor) and
+Benthos replays it after its predecessor. A batch merging input batches (output `+"`batching`"+`) writes those
 that continue their partition's run at once and nacks only the others, and
 writes its records in source order per partition, so per-partition order
 holds. With `+"`group_membership`"+` (several processes in one group, each with its
