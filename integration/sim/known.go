@@ -167,7 +167,9 @@ var Defects = []Defect{
 		Name: "state-auth-retry",
 		What: "kafka_eos with kafka_state as its state cache: a state-topic write the broker refuses for good " +
 			"(TOPIC_AUTHORIZATION_FAILED on its Produce) is retried as an unknown outcome (\"retrying before " +
-			"the slot carries another epoch\", every 5s) instead of stopping the pipeline with the error",
+			"the slot carries another epoch\", every 5s) instead of stopping the pipeline with the error. Fixed: " +
+			"kafka_state says the broker refused the write, and the output stops (fatal) on a refused COMMITTED, " +
+			"ABORTED or dedupe positions write, naming the cache, its topic and the refusal",
 		Match: func(r Result, f string) bool {
 			p := r.Plan
 			if p.StateCache != "kafka_state" {
@@ -228,7 +230,9 @@ var Defects = []Defect{
 		Name: "probe-error-hidden",
 		What: "kafka_eos: a recovery whose probe Fetch is refused (TOPIC_AUTHORIZATION_FAILED) stops with " +
 			"\"in doubt: unknown: the broker and the probe identify nothing\", not naming the refusal it logged " +
-			"as a warning (and says the next start resolves it, which fails the same way)",
+			"as a warning (and says the next start resolves it, which fails the same way). Fixed: the in-doubt " +
+			"stop names the failed check's error and, for an authorization refusal, says every start stops the " +
+			"same way until it is fixed (fatal at the first attempt)",
 		Match: func(r Result, f string) bool {
 			for _, ft := range r.Plan.Faults {
 				if ft.Fatal && ft.Key == kmsg.Fetch {
