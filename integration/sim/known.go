@@ -44,10 +44,10 @@ var Defects = []Defect{
 	{
 		Name: "k2k-stall",
 		What: "kafka_eos: a Kafka-to-Kafka copy stalls: a batch waits 5s for the batch before it and is nacked, " +
-			"over and over (a bounded copy never ends); most often with output batching, also with " +
-			"group_membership and max_in_flight 1, and with pipeline threads above max_in_flight (2 threads, " +
-			"max_in_flight 1, no output batching, no fault: one thread's batch holds the output's only " +
-			"slot waiting for the batch the other thread cannot hand over)",
+			"over and over (a bounded copy never ends); with output batching (after epochs aborted, " +
+			"group_membership and oversized records; Arrow after a fatal stop). Fixed for pipeline threads " +
+			"above max_in_flight without output batching (one thread's batch held the output's only call " +
+			"waiting for the batch the other thread could not hand over): a waiting batch gives its turn up",
 		Match: func(r Result, f string) bool {
 			p := r.Plan
 			return p.Mode.k2k() && strings.HasPrefix(f, "hang:") && strings.Contains(f, "a batch waits for the batch before it")

@@ -46,9 +46,7 @@ var regressionSeeds = []uint64{
 // (Defects, known.go): the fixed set skips them (saying so) until the
 // defect is fixed, then they come out of this list. Each names the defect it
 // fails on (the first one, when several).
-var knownFailures = map[uint64]string{
-	32: "k2k-stall", // now and then (Kafka-to-Kafka, 2 threads, max_in_flight 1: a crawl past the bound)
-}
+var knownFailures = map[uint64]string{}
 
 // TestSimulate runs the simulation: the fixed seeds by default, or
 //
