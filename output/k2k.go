@@ -1101,6 +1101,7 @@ func (m *k2kMode) connect(ctx context.Context) error { return m.o.loadCommitted(
 func (m *k2kMode) read(w *write) {
 	m.k.skipHeld(w, m.o)
 	m.k.noteUnacked(w)
+	m.k.failSiblings(w)
 	sorted := true
 	for i, msg := range w.batch {
 		if w.done[i] {

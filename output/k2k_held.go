@@ -162,6 +162,56 @@ func (k *k2k) noteUnacked(w *write) {
 	}
 }
 
+// errSibling is why a message is not written whose source record (the same
+// topic, partition and offset) also made a message that cannot be written.
+var errSibling = errors.New("another message of its source record cannot be written, and none of a record's messages is written while the group's offset is held at the record")
+
+// failSiblings fails, as unwritable, the messages of w whose source record
+// the group's offset is held at (noteUnacked, or the offset's metadata read
+// at Connect): a processor made several messages of the record and one of
+// them cannot be written. Writing the others would copy them twice after a
+// crash before the dead-letter route took the record: the next owner reads
+// the record again, and the metadata names records, not messages. So the
+// dead-letter route takes every message of the record the output sees from
+// then on. Called after noteUnacked, before anything of w is produced.
+func (k *k2k) failSiblings(w *write) {
+	if k.stampless {
+		return
+	}
+	k.mu.Lock()
+	if len(k.unacked) == 0 {
+		k.mu.Unlock()
+		return
+	}
+	n := 0
+	for i, msg := range w.batch {
+		if w.done[i] || w.unwritten(i) {
+			continue
+		}
+		s, ok := handover.SpanOf(msg)
+		if !ok {
+			continue
+		}
+		off, ok := sourceOffset(msg)
+		if !ok || off < s.From || off >= s.To {
+			continue
+		}
+		tp := topicPartition{s.Topic, s.Partition}
+		if f, ok := k.floor[tp]; ok && off < f {
+			continue // the route took it
+		}
+		if _, found := slices.BinarySearch(k.unacked[tp], off); !found {
+			continue
+		}
+		w.fail(i, &MessageError{Source: msgSource(w.batch, i), Field: keoFieldConsumerGroup, Err: errSibling})
+		n++
+	}
+	k.mu.Unlock()
+	if n > 0 {
+		w.dropRecords(nil)
+	}
+}
+
 // skipHeld acknowledges without writing them the messages of w whose records
 // the group's committed offset (read at Connect) says were written past an
 // unacknowledged message (heldMeta).

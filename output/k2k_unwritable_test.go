@@ -232,3 +232,96 @@ func TestK2KMemberUnwritableReassigned(t *testing.T) {
 		t.Fatalf("after the route's ack: committed %d, want 6", got)
 	}
 }
+
+// splitSourced is sourcedOf where a processor split the record at offset
+// split into n messages ("<prefix>-<split>.<j>", each with the record's
+// source metadata), of which message bad is larger than max_message_bytes.
+func splitSourced(in, prefix string, p int32, from, to, split int64, n, bad int) service.MessageBatch {
+	var b service.MessageBatch
+	for _, m := range sourcedOf(in, prefix, p, from, to) {
+		off, _ := sourceOffset(m)
+		if off != split {
+			b = append(b, m)
+			continue
+		}
+		for j := range n {
+			s := m.Copy()
+			s.SetBytes([]byte(prefix + "-" + strconv.FormatInt(off, 10) + "." + strconv.Itoa(j)))
+			if j == bad {
+				s.SetBytes(make([]byte, 1000))
+			}
+			b = append(b, s)
+		}
+	}
+	return b
+}
+
+// TestK2KUnwritableSiblingsCrashBeforeDeadLetter: a processor split the
+// source record at offset 1 into three messages, of which the second cannot
+// be written. None of the three is written: they all fail for the
+// dead-letter route. The process dies before the route took them: the next
+// owner reads from the held offset, the processor splits the record again,
+// and the three fail again, nothing written twice. On the code before, the
+// two others were written beside the failed one, and written again by the
+// next owner (the offset's metadata names records, not messages).
+func TestK2KUnwritableSiblingsCrashBeforeDeadLetter(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	res := newResources()
+	yaml := yamlFor(brokers, testTopic, "k2k-dlq-siblings", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n")
+	a := newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	// Messages 1 to 3 of the batch are the pieces of offset 1.
+	pieces := func(b service.MessageBatch, err error, first int) {
+		t.Helper()
+		got := blamed(b, err)
+		if len(got) != 3 {
+			t.Fatalf("blamed %v, want the three pieces of offset 1 (messages %d to %d) failed", got, first, first+2)
+		}
+		for i := first; i < first+3; i++ {
+			if !errors.Is(got[i], ErrCannotWrite) {
+				t.Fatalf("message %d (a piece of offset 1): %v, want it failed for the dead-letter route", i, got[i])
+			}
+		}
+	}
+	b1 := splitSourced(k2kIn, "a", 0, 0, 4, 1, 3, 1)
+	err := a.WriteBatch(ctx, b1)
+	pieces(b1, err, 1)
+	if err := a.WriteBatch(ctx, sourcedOf(k2kIn, "a", 0, 4, 6)); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"a-0": 1, "a-2": 1, "a-3": 1, "a-4": 1, "a-5": 1}
+	if got := countsIn(t, brokers, testTopic); !maps.Equal(got, want) {
+		t.Fatalf("before the crash: visible %v, want %v", got, want)
+	}
+	committed := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]
+	if committed != 1 {
+		t.Fatalf("the group's offset is %d, want 1 (held at the unwritable record)", committed)
+	}
+
+	// The process dies before the dead-letter route took the record.
+	handover.ReleaseCommitTakeover(res, k2kGroup, a)
+	b := newTestOutput(t, res, yaml)
+	if err := b.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.StartAt(map[string]map[int32]int64{k2kIn: {0: committed}})
+	replay := splitSourced(k2kIn, "a", 0, committed, 6, 1, 3, 1)
+	err = b.WriteBatch(ctx, replay)
+	pieces(replay, err, 0)
+	if got := countsIn(t, brokers, testTopic); !maps.Equal(got, want) {
+		t.Fatalf("after the replay: visible %v, want %v (each once)", got, want)
+	}
+	// The route took the record: the input hands the batch over.
+	if err := b.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 6 {
+		t.Fatalf("after the route's ack: committed %d, want 6", got)
+	}
+}

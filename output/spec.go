@@ -345,7 +345,9 @@ its partition is held at it (with where the copy reached past it in the offset's
 metadata) until the input hands a position past it over, once a dead-letter route
 took it: after a crash before that, the next owner reads it again and fails it again
 for the route (which may then get it twice), and acknowledges the records written
-past it without writing them again; in dedupe mode the later messages of its key are held
+past it without writing them again (a source record a processor made several
+messages of is held whole: its other messages fail with it, for the route, so that
+none of them is written twice); in dedupe mode the later messages of its key are held
 back (they fail with an error that begins with `+"`kafka_eos: not written: held back`"+`
 and are replayed). A record the broker or the client refuses for good (larger than the
 topic's `+"`max.message.bytes`"+`, invalid for the topic, a partition the topic does

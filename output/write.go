@@ -104,7 +104,8 @@ type MessageError struct {
 	Source string
 	// Field is the kafka_eos field whose value for this message cannot be
 	// written (topic, key, partition, max_message_bytes, input_format,
-	// dedupe.key, dedupe.position).
+	// dedupe.key, dedupe.position; consumer_group for a message of a source
+	// record the group's offset is held at).
 	Field string
 	Err   error
 }
