@@ -532,9 +532,30 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	// waited for all of it would otherwise leave the EndTxn none.
 	ectx, ecancel := context.WithTimeout(ctx, o.conf.commitBudget)
 	defer ecancel()
+	// The producer id and epoch the abort starts from: the epoch's,
+	// unless franz-go re-initialised the id since (it does after some
+	// errors). EndTransaction loads a dropped id first itself; loaded
+	// here, the epoch it leaves is known. A load that failed may have
+	// bumped the epoch all the same: then nothing below can tell our bump
+	// from another producer's.
+	bpid, bepoch, bknown := ep.pid, ep.pepoch, true
+	if pid, pepoch, perr := s.cl.ProducerID(ectx); perr == nil {
+		bpid, bepoch = pid, pepoch
+	} else if !isFenceErr(perr) {
+		bknown = false
+	}
 	err := s.cl.EndTransaction(ectx, kgo.TryAbort)
 	if err != nil {
 		o.log.Warnf("kafka_eos: aborting epoch %d on %q: %v", ep.n, s.id, err)
+	}
+	if err != nil && !isFenceErr(err) && bknown {
+		// The abort's outcome is unknown to the client, which may have
+		// been fenced meanwhile without learning it; asked before
+		// anything below can send an InitProducerID.
+		if rerr := o.rivalAfterAbort(ctx, ep, bpid, bepoch, err); rerr != nil {
+			o.zombie(s, rerr)
+			return
+		}
 	}
 	if err != nil || s.broken {
 		if !isFenceErr(err) {
@@ -542,8 +563,8 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 			// producer id was fenced (the abort timed out, or
 			// franz-go ended nothing), that would take the
 			// transactional id back from the instance that fenced
-			// us. ProducerID sends nothing for a failed id; it
-			// returns the failure.
+			// us. ProducerID sends nothing for an id failed with
+			// an error; it returns the failure.
 			if _, _, perr := s.cl.ProducerID(ectx); isFenceErr(perr) {
 				err = perr
 			}
@@ -573,6 +594,38 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	o.mu.Unlock()
 	o.rewarm(ctx, s)
 	o.releaseChecked(ep, false, recordOf(rec)) // hanging.go
+}
+
+// rivalAfterAbort asks the broker, after an abort from producer id pid, epoch
+// e whose EndTxn got no answer (endErr: a timeout, a transport error, a
+// retriable error that outlived its retries), whether another producer
+// initialised the slot's transactional id meanwhile. The slot is re-initialised next (a new client, a fresh
+// InitProducerID), which always succeeds and would take the id back from that
+// producer, fencing a live instance. It returns the error to stop with when
+// the broker shows another producer (txnstate.ClassifyAbort), nil otherwise.
+//
+// Where the broker's state cannot tell another producer from our own abort
+// (under transaction version 2 both leave our producer id at e+1 until the
+// other producer's retried InitProducerID bumps it again; a new producer id
+// where the epoch can have overflowed) or DescribeTransactions fails, the slot
+// is re-initialised as before: stopping there would stop every pipeline whose
+// abort timed out on a slow broker, and our own timeout must abort and go on.
+func (o *output) rivalAfterAbort(ctx context.Context, ep *epoch, pid int64, e int16, endErr error) error {
+	s := ep.slot
+	dctx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
+	defer cancel()
+	obs, err := o.describe(dctx, s.id)
+	if err != nil {
+		o.log.Warnf("kafka_eos: describing %q after an abort with an unknown outcome, re-initialising it: %v", s.id, err)
+		return nil
+	}
+	switch txnstate.ClassifyAbort(pid, e, s.tv, obs, o.mayHaveTimedOut(ep)) {
+	case txnstate.AbortRival:
+		return fmt.Errorf("the abort of epoch %d (producer id %d, epoch %d) got no answer (%v) and the broker shows %v: another producer initialised the transactional id", ep.n, pid, e, endErr, obs)
+	case txnstate.AbortUnclear:
+		o.log.Warnf("kafka_eos: the abort of epoch %d on %q got no answer and the broker shows %v, which does not tell another producer from our abort: re-initialising it", ep.n, s.id, obs)
+	}
+	return nil
 }
 
 // rewarm replaces a broken slot's client with a fresh, initialised one.

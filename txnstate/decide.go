@@ -270,6 +270,88 @@ func ClassifyFence(pid int64, e int16, tv TxnVersion, o Observation, timedOut bo
 	return FenceZombie
 }
 
+// AbortCheck is what the broker's state says about who holds a transactional
+// id after an abort whose EndTxn got no answer (a timeout, a transport error,
+// a retriable error that outlived its retries): the client does not know
+// whether another producer fenced it meanwhile (ClassifyAbort).
+type AbortCheck uint8
+
+const (
+	// AbortNoRival: nothing shows another producer: the epoch our abort
+	// leaves (or the one our transaction began at: the EndTxn never
+	// arrived), or the coordinator's own timeout abort. Re-initialising
+	// the slot takes the id from nobody.
+	AbortNoRival AbortCheck = iota
+	// AbortUnclear: a state our own abort leaves as well as another
+	// producer's InitProducerID (TV2: our abort bumps to e+1, and so does
+	// another producer's first InitProducerID on the open transaction
+	// until its retry bumps again; kfake's single bump shows the same),
+	// a new producer id where the epoch can have overflowed, or the id
+	// gone. The caller keeps re-initialising the slot, which takes the id
+	// back if it was another producer's.
+	AbortUnclear
+	// AbortRival: another producer initialised the transactional id
+	// after our epoch began: we are a zombie.
+	AbortRival
+)
+
+var abortCheckNames = [...]string{"no rival", "unclear", "rival"}
+
+func (c AbortCheck) String() string {
+	if int(c) < len(abortCheckNames) {
+		return abortCheckNames[c]
+	}
+	return fmt.Sprintf("abort(%d)", c)
+}
+
+// ClassifyAbort decides, from DescribeTransactions after an abort of the
+// transaction begun at (pid, e) under tv whose EndTxn got no answer, whether
+// another producer initialised the id meanwhile. Under TV0 our abort leaves
+// the epoch at e; under TV2 it bumps it to e+1. The coordinator's timeout
+// abort fences e+1 (TV0) or up to e+2 (TV2) and leaves PrepareEpochFence,
+// PrepareAbort or CompleteAbort, but only once the epoch has been open
+// transaction_timeout (timedOut, as in ClassifyFence): before that those
+// states above what our abort leaves are another producer's. Another
+// producer's InitProducerID leaves Empty or Ongoing at a bumped epoch (Apache
+// Kafka: e+2 once its retry after CONCURRENT_TRANSACTIONS went through).
+func ClassifyAbort(pid int64, e int16, tv TxnVersion, o Observation, timedOut bool) AbortCheck {
+	if !o.Found {
+		return AbortUnclear
+	}
+	if o.ProducerID != pid {
+		// An abort or a timeout at the last epochs moves the id to a
+		// new producer id at epoch 0.
+		if e >= math.MaxInt16-2 && o.ProducerEpoch <= 1 {
+			return AbortUnclear
+		}
+		return AbortRival
+	}
+	oe, ee := int32(o.ProducerEpoch), int32(e)
+	own := ee // the epoch our abort leaves
+	maxTimeout := ee + 1
+	if tv == TV2 {
+		own, maxTimeout = ee+1, ee+2
+	}
+	timeoutState := o.State == BrokerPrepareAbort || o.State == BrokerCompleteAbort || o.State == BrokerPrepareEpochFence
+	switch {
+	case oe < ee:
+		return AbortUnclear
+	case oe == ee:
+		return AbortNoRival // the EndTxn did not arrive or left e (TV0)
+	case timedOut && timeoutState && oe <= maxTimeout:
+		return AbortNoRival
+	case oe > own:
+		return AbortRival
+	}
+	// TV2 at e+1: our abort leaves PrepareAbort or CompleteAbort there
+	// (kfake: Empty). A transaction open at e+1 is not ours (our client
+	// never learnt e+1), nor is an epoch fence before transaction_timeout.
+	if o.State == BrokerOngoing || o.State == BrokerPrepareEpochFence {
+		return AbortRival
+	}
+	return AbortUnclear
+}
+
 // CommitCheck is what the broker's state right after an EndTxn(commit) that
 // the client reported successful says about that commit (CheckCommit).
 type CommitCheck uint8

@@ -175,6 +175,50 @@ func TestClassifyFence(t *testing.T) {
 	}
 }
 
+func TestClassifyAbort(t *testing.T) {
+	const pid, e = 50, 3
+	for _, tc := range []struct {
+		name     string
+		tv       TxnVersion
+		o        Observation
+		want     AbortCheck
+		timedOut bool // the epoch has been open transaction_timeout
+	}{
+		{"tv0 our abort leaves e", TV0, obs(BrokerCompleteAbort, pid, e), AbortNoRival, false},
+		{"tv0 endtxn never arrived", TV0, obs(BrokerOngoing, pid, e), AbortNoRival, false},
+		{"tv2 endtxn never arrived", TV2, obs(BrokerOngoing, pid, e), AbortNoRival, false},
+		{"tv0 another producer at e+1", TV0, obs(BrokerEmpty, pid, e+1), AbortRival, false},
+		{"tv0 another producer's fence at e+1", TV0, obs(BrokerCompleteAbort, pid, e+1), AbortRival, false},
+		{"tv0 another producer's transaction at e+1", TV0, obs(BrokerOngoing, pid, e+1), AbortRival, true},
+		{"tv0 timeout at e+1", TV0, obs(BrokerCompleteAbort, pid, e+1), AbortNoRival, true},
+		{"tv0 timeout's epoch fence", TV0, obs(BrokerPrepareEpochFence, pid, e+1), AbortNoRival, true},
+		{"tv0 e+2 after a timeout", TV0, obs(BrokerCompleteAbort, pid, e+2), AbortRival, true},
+		{"tv2 our abort at e+1", TV2, obs(BrokerCompleteAbort, pid, e+1), AbortUnclear, false},
+		{"tv2 our abort at e+1, kfake", TV2, obs(BrokerEmpty, pid, e+1), AbortUnclear, false},
+		{"tv2 transaction open at e+1", TV2, obs(BrokerOngoing, pid, e+1), AbortRival, false},
+		{"tv2 epoch fence before the timeout", TV2, obs(BrokerPrepareEpochFence, pid, e+1), AbortRival, false},
+		{"tv2 epoch fence of the timeout", TV2, obs(BrokerPrepareEpochFence, pid, e+1), AbortNoRival, true},
+		{"tv2 another producer at e+2", TV2, obs(BrokerEmpty, pid, e+2), AbortRival, false},
+		{"tv2 another producer's fence at e+2", TV2, obs(BrokerCompleteAbort, pid, e+2), AbortRival, false},
+		{"tv2 timeout at e+2", TV2, obs(BrokerCompleteAbort, pid, e+2), AbortNoRival, true},
+		{"tv2 e+3 after a timeout", TV2, obs(BrokerCompleteAbort, pid, e+3), AbortRival, true},
+		{"new producer id", TV2, obs(BrokerEmpty, pid+1, 0), AbortRival, false},
+		{"not found", TV0, Observation{}, AbortUnclear, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ClassifyAbort(pid, e, tc.tv, tc.o, tc.timedOut); got != tc.want {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// At the last epochs our own abort (TV2) or the coordinator's timeout
+	// moves the id to a new producer id at epoch 0.
+	const last = math.MaxInt16 - 1
+	if got := ClassifyAbort(pid, last, TV2, obs(BrokerCompleteAbort, pid+1, 0), false); got != AbortUnclear {
+		t.Fatalf("new producer id after an abort at the last epoch: got %v, want unclear", got)
+	}
+}
+
 func TestResolve(t *testing.T) {
 	r := func(epoch uint64) Record { x := rec(TV0, 1, 1); x.Epoch = epoch; return x }
 	r2 := func(epoch uint64) Record { x := rec(TV2, 1, 1); x.Epoch = epoch; return x }
