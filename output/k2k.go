@@ -73,7 +73,8 @@ type k2k struct {
 	unstarted map[topicPartition]bool
 	// stampless: the offsets are not committed to a group with a
 	// generation (mirror mode writes them to its positions topic), so a
-	// member rejoining its group does not hold them back; ownership is
+	// member rejoining its group does not hold them back, and the group's
+	// committed offsets carry no metadata of this output; ownership is
 	// still checked.
 	stampless bool
 	// unacked holds, per partition, the source offsets of messages that
@@ -882,10 +883,17 @@ func (k *k2k) takeCommittedLocked(r kadm.OffsetResponse) {
 	}
 	k.committed[tp] = r.At
 	if h, ok := parseHeldMeta(r.Metadata, r.At); ok && !k.stampless {
-		k.skip[tp] = h
-		k.through[tp] = h.through
-		k.unacked[tp] = slices.Clone(h.unacked)
+		k.takeHeldLocked(tp, h)
 	}
+}
+
+// takeHeldLocked takes what a committed offset (or mirror position) held at
+// an unacknowledged message says: the records written past it are skipped,
+// and the offset stays held at the unacknowledged ones.
+func (k *k2k) takeHeldLocked(tp topicPartition, h heldMeta) {
+	k.skip[tp] = h
+	k.through[tp] = h.through
+	k.unacked[tp] = slices.Clone(h.unacked)
 }
 
 // loadHeld reads, for partitions a group member was just assigned, the

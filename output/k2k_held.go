@@ -99,9 +99,6 @@ func (m heldMeta) covers(off, n int64) bool {
 // heldLocked returns the unacknowledged offsets of tp at or past the
 // committed offset c (and the input's start) and below end.
 func (k *k2k) heldLocked(tp topicPartition, c, end int64) []int64 {
-	if k.stampless {
-		return nil
-	}
 	u := k.unacked[tp]
 	if len(u) == 0 {
 		return nil
@@ -134,7 +131,7 @@ func recordCount(w *write, i int) int64 {
 // written: the group's offset is held at them until the input hands a
 // position past them over.
 func (k *k2k) noteUnacked(w *write) {
-	if k.stampless || len(w.failed) == 0 {
+	if len(w.failed) == 0 {
 		return
 	}
 	k.mu.Lock()
@@ -175,9 +172,6 @@ var errSibling = errors.New("another message of its source record cannot be writ
 // dead-letter route takes every message of the record the output sees from
 // then on. Called after noteUnacked, before anything of w is produced.
 func (k *k2k) failSiblings(w *write) {
-	if k.stampless {
-		return
-	}
 	k.mu.Lock()
 	if len(k.unacked) == 0 {
 		k.mu.Unlock()

@@ -81,8 +81,10 @@ type mirror struct {
 
 	mu sync.Mutex
 	// known is this writer's committed next offset per partition (what
-	// its release says).
-	known map[topicPartition]int64
+	// its release says), and knownHeld what its latest record of the
+	// partition said past it (txnstate.PositionRecord.Held).
+	known     map[topicPartition]int64
+	knownHeld map[topicPartition]string
 	// claimed are the partitions this run claimed (committed).
 	claimed map[topicPartition]bool
 	// pending are the claims and releases to write with the next epoch,
@@ -119,12 +121,13 @@ type epochMirror struct {
 func newMirror(o *output, conf *mirrorConf, res *service.Resources) *mirror {
 	return &mirror{
 		o: o, conf: conf, self: o.conf.transactionalID, slots: o.conf.poolSize,
-		mm:      newMirrorMetrics(res.Metrics()),
-		known:   map[topicPartition]int64{},
-		claimed: map[topicPartition]bool{},
-		pending: map[pendingKey]pendingRec{},
-		changed: make(chan struct{}),
-		targets: map[string]string{},
+		mm:        newMirrorMetrics(res.Metrics()),
+		known:     map[topicPartition]int64{},
+		knownHeld: map[topicPartition]string{},
+		claimed:   map[topicPartition]bool{},
+		pending:   map[pendingKey]pendingRec{},
+		changed:   make(chan struct{}),
+		targets:   map[string]string{},
 	}
 }
 
@@ -249,7 +252,7 @@ func (mm *mirrorMode) prepare(ctx context.Context, ep *epoch, rec *txnstate.Reco
 		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Writer, b.Writer))
 	})
 	for _, po := range offs {
-		em.recs = append(em.recs, txnstate.PositionRecord{Topic: po.Topic, Partition: po.Partition, Writer: m.self, Kind: txnstate.PositionPos, Next: po.Offset, Slots: m.slots, Generation: po.generation})
+		em.recs = append(em.recs, txnstate.PositionRecord{Topic: po.Topic, Partition: po.Partition, Writer: m.self, Kind: txnstate.PositionPos, Next: po.Offset, Slots: m.slots, Generation: po.generation, Held: po.metadata})
 	}
 	if len(em.recs) == 0 {
 		return nil
@@ -314,8 +317,11 @@ func (m *mirror) committed(em *epochMirror) {
 		if pr.Next < 0 {
 			continue
 		}
-		if cur, ok := m.known[tp]; !ok || pr.Next > cur {
+		// A position held at a record a dead-letter route has not
+		// taken stays put while what was copied past it grows.
+		if cur, ok := m.known[tp]; !ok || pr.Next >= cur {
 			m.known[tp] = pr.Next
+			m.knownHeld[tp] = pr.Held
 			m.mm.position.Set(pr.Next, pr.Topic, strconv.Itoa(int(pr.Partition)))
 		}
 	}
@@ -399,7 +405,7 @@ func (m *mirror) release(ctx context.Context, parts map[string][]int32) {
 				}
 				next = -1
 			}
-			key, seq := m.enqueueLocked(txnstate.PositionRecord{Topic: t, Partition: p, Writer: m.self, Kind: txnstate.PositionRelease, Next: next, Slots: m.slots, Generation: -1})
+			key, seq := m.enqueueLocked(txnstate.PositionRecord{Topic: t, Partition: p, Writer: m.self, Kind: txnstate.PositionRelease, Next: next, Slots: m.slots, Generation: -1, Held: m.knownHeld[tp]})
 			seqs[key] = seq
 		}
 	}
@@ -478,11 +484,11 @@ func (m *mirror) positions(ctx context.Context, req handover.PositionsRequest) (
 	m.mu.Lock()
 	seqs := m.fenceReleasesLocked(st, fenced)
 	for _, sp := range parts {
-		next, ok := st.Next(sp)
+		r, ok := st.Latest(sp)
 		if !ok {
-			next = -1
+			r.Next, r.Held = -1, ""
 		}
-		key, seq := m.enqueueLocked(txnstate.PositionRecord{Topic: sp.Topic, Partition: sp.Partition, Writer: m.self, Kind: txnstate.PositionClaim, Next: next, Slots: m.slots, Generation: req.Generation})
+		key, seq := m.enqueueLocked(txnstate.PositionRecord{Topic: sp.Topic, Partition: sp.Partition, Writer: m.self, Kind: txnstate.PositionClaim, Next: r.Next, Slots: m.slots, Generation: req.Generation, Held: r.Held})
 		seqs[key] = seq
 	}
 	m.mu.Unlock()
@@ -523,7 +529,7 @@ func (m *mirror) positions(ctx context.Context, req handover.PositionsRequest) (
 	k := o.k2k
 	k.mu.Lock()
 	for _, sp := range parts {
-		next, ok := st.Next(sp)
+		r, ok := st.Latest(sp)
 		if !ok {
 			resumes = append(resumes, fmt.Sprintf("%s/%d: no position", sp.Topic, sp.Partition))
 			continue
@@ -531,9 +537,18 @@ func (m *mirror) positions(ctx context.Context, req handover.PositionsRequest) (
 		if out[sp.Topic] == nil {
 			out[sp.Topic] = map[int32]int64{}
 		}
-		out[sp.Topic][sp.Partition] = next
-		k.committed[topicPartition{sp.Topic, sp.Partition}] = next
-		resumes = append(resumes, fmt.Sprintf("%s/%d: %d", sp.Topic, sp.Partition, next))
+		out[sp.Topic][sp.Partition] = r.Next
+		tp := topicPartition{sp.Topic, sp.Partition}
+		k.committed[tp] = r.Next
+		// Held at a record a dead-letter route had not taken: the
+		// input reads from it again, and what was copied past it is
+		// acknowledged without being copied twice.
+		if h, ok := parseHeldMeta(r.Held, r.Next); ok {
+			k.takeHeldLocked(tp, h)
+			resumes = append(resumes, fmt.Sprintf("%s/%d: %d (held at a record a dead-letter route had not taken; copied past it to %d)", sp.Topic, sp.Partition, r.Next, h.through))
+			continue
+		}
+		resumes = append(resumes, fmt.Sprintf("%s/%d: %d", sp.Topic, sp.Partition, r.Next))
 	}
 	k.signalLocked()
 	k.mu.Unlock()
@@ -576,7 +591,7 @@ func (m *mirror) fenceReleasesLocked(st txnstate.Positions, ws map[string]bool) 
 	seqs := map[pendingKey]uint64{}
 	for w := range ws {
 		for _, r := range st.Held(w) {
-			key, seq := m.enqueueLocked(txnstate.PositionRecord{Topic: r.Topic, Partition: r.Partition, Writer: w, Kind: txnstate.PositionRelease, Next: r.Next, Slots: r.Slots, Generation: r.Generation, By: m.self})
+			key, seq := m.enqueueLocked(txnstate.PositionRecord{Topic: r.Topic, Partition: r.Partition, Writer: w, Kind: txnstate.PositionRelease, Next: r.Next, Slots: r.Slots, Generation: r.Generation, By: m.self, Held: r.Held})
 			seqs[key] = seq
 		}
 	}

@@ -812,6 +812,12 @@ func TestMirrorConfig(t *testing.T) {
 // as writer txnID, with the source group state fg.
 func mirrorOutput(t *testing.T, e mirrorEnv, txnID string, fg *fakeGroup) *output {
 	t.Helper()
+	return mirrorOutputWith(t, e, txnID, fg, "")
+}
+
+// mirrorOutputWith is mirrorOutput with extra lines in the output's block.
+func mirrorOutputWith(t *testing.T, e mirrorEnv, txnID string, fg *fakeGroup, extra string) *output {
+	t.Helper()
 	o := newTestOutput(t, newResources(), fmt.Sprintf(`
 seed_brokers: [ %s ]
 transactional_id: %s
@@ -821,7 +827,7 @@ transaction_timeout: 10s
 commit_timeout: 2s
 epoch: { interval: 20ms }
 mirror: { positions_topic: %s, topics: { %s: %s } }
-`, strings.Join(e.b, ","), txnID, e.group, e.positions, e.src, e.dst))
+%s`, strings.Join(e.b, ","), txnID, e.group, e.positions, e.src, e.dst, extra))
 	if fg != nil {
 		o.Member(fg)
 	}

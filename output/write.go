@@ -152,8 +152,20 @@ func msgSource(batch service.MessageBatch, i int) string {
 }
 
 // sourceOffset returns the source offset of message m (kafka_offset, or the
-// first offset of an Arrow message), if it carries one.
+// first offset of an Arrow message, or the offset of the source record a
+// mirror-mode message carries), if it carries one.
 func sourceOffset(m *service.Message) (int64, bool) {
+	if off, ok := metaSourceOffset(m); ok {
+		return off, true
+	}
+	// Mirror mode: the source record travels with the message.
+	if r, ok := handover.RecordOf(m); ok {
+		return r.Offset, true
+	}
+	return 0, false
+}
+
+func metaSourceOffset(m *service.Message) (int64, bool) {
 	for _, k := range []string{"kafka_offset", "kafka_first_offset"} {
 		v, ok := m.MetaGetMut(k)
 		if !ok {

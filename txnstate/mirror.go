@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,6 +65,13 @@ type PositionRecord struct {
 	// By names the writer that wrote a release on Writer's behalf after
 	// fencing it ("" if Writer wrote it).
 	By string `json:"by,omitempty"`
+	// Held, when set, says that Next is held at a source record a
+	// dead-letter route has not taken yet, and which records past it were
+	// copied already (the output's encoding, opaque here): the
+	// partition's next owner reads from Next, hands that record to its
+	// route again and does not copy the others twice. Claims and releases
+	// carry it on with their position.
+	Held string `json:"held,omitempty"`
 }
 
 // positionsFormat is the format of a positions record's value.
@@ -129,6 +137,10 @@ type SourcePartition struct {
 // writer's latest record per partition. The zero value is empty and usable.
 type Positions struct {
 	latest map[SourcePartition]map[string]PositionRecord
+	// applied numbers the records of latest in the order they were
+	// applied (the topic's order): a larger number is a newer record.
+	applied map[SourcePartition]map[string]uint64
+	n       uint64
 }
 
 // Apply folds the next record (in the topic's order).
@@ -141,18 +153,49 @@ func (p *Positions) Apply(r PositionRecord) {
 		p.latest[sp] = map[string]PositionRecord{}
 	}
 	p.latest[sp][r.Writer] = r
+	if p.applied == nil {
+		p.applied = map[SourcePartition]map[string]uint64{}
+	}
+	if p.applied[sp] == nil {
+		p.applied[sp] = map[string]uint64{}
+	}
+	p.n++
+	p.applied[sp][r.Writer] = p.n
 }
 
 // Next returns the position of the partition: the largest Next of every
 // writer's latest record, and whether there is one.
 func (p *Positions) Next(sp SourcePartition) (int64, bool) {
-	next, ok := int64(-1), false
-	for _, r := range p.latest[sp] {
-		if r.Next >= 0 && r.Next >= next {
-			next, ok = r.Next, true
+	r, ok := p.Latest(sp)
+	if !ok {
+		return -1, false
+	}
+	return r.Next, true
+}
+
+// Latest returns the record that gives the partition its position: of every
+// writer's latest record with a position, the one with the largest Next, and
+// among several with that Next the newest (applied last). Every record was
+// committed with what it says, and the newest with that Next knows the most
+// of what was copied past it (Held: a position held at a record a dead-letter
+// route has not taken, claimed with what the previous holder said and
+// extended since). It reports false if no record has a position.
+func (p *Positions) Latest(sp SourcePartition) (PositionRecord, bool) {
+	var (
+		best PositionRecord
+		at   uint64
+		ok   bool
+	)
+	for w, r := range p.latest[sp] {
+		if r.Next < 0 {
+			continue
+		}
+		n := p.applied[sp][w]
+		if !ok || r.Next > best.Next || (r.Next == best.Next && n > at) {
+			best, at, ok = r, n, true
 		}
 	}
-	return next, ok
+	return best, ok
 }
 
 // WriterNext returns the largest Next the writer's latest record of the
@@ -207,13 +250,12 @@ func (p *Positions) Len() int {
 
 // Clone returns a copy that later Apply calls on either do not change.
 func (p *Positions) Clone() Positions {
-	out := Positions{latest: make(map[SourcePartition]map[string]PositionRecord, len(p.latest))}
+	out := Positions{latest: make(map[SourcePartition]map[string]PositionRecord, len(p.latest)), applied: make(map[SourcePartition]map[string]uint64, len(p.applied)), n: p.n}
 	for sp, ws := range p.latest {
-		m := make(map[string]PositionRecord, len(ws))
-		for w, r := range ws {
-			m[w] = r
-		}
-		out.latest[sp] = m
+		out.latest[sp] = maps.Clone(ws)
+	}
+	for sp, ws := range p.applied {
+		out.applied[sp] = maps.Clone(ws)
 	}
 	return out
 }

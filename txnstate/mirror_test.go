@@ -96,3 +96,43 @@ func TestPositionsFold(t *testing.T) {
 		t.Fatalf("len %d, want 4", p.Len())
 	}
 }
+
+// TestPositionsLatestHeld: a position held at a record a dead-letter route
+// has not taken keeps its Next while what was copied past it grows; of
+// several records with the largest Next, the newest gives the partition its
+// position (with its Held), whatever the writers' names.
+func TestPositionsLatestHeld(t *testing.T) {
+	sp := SourcePartition{Topic: "t", Partition: 0}
+	var p Positions
+	p.Apply(PositionRecord{Topic: "t", Partition: 0, Writer: "b", Kind: PositionPos, Next: 4})
+	p.Apply(PositionRecord{Topic: "t", Partition: 0, Writer: "b", Kind: PositionPos, Next: 10, Held: "through 20"})
+	p.Apply(PositionRecord{Topic: "t", Partition: 0, Writer: "b", Kind: PositionRelease, Next: 10, Held: "through 20"})
+	p.Apply(PositionRecord{Topic: "t", Partition: 0, Writer: "a", Kind: PositionClaim, Next: 10, Held: "through 20"})
+	p.Apply(PositionRecord{Topic: "t", Partition: 0, Writer: "a", Kind: PositionPos, Next: 10, Held: "through 25"})
+	r, ok := p.Latest(sp)
+	if !ok || r.Writer != "a" || r.Next != 10 || r.Held != "through 25" {
+		t.Fatalf("latest %+v %v, want a's pos at 10 held through 25", r, ok)
+	}
+	if n, ok := p.Next(sp); !ok || n != 10 {
+		t.Fatalf("next %d %v, want 10", n, ok)
+	}
+	c := p.Clone()
+	p.Apply(PositionRecord{Topic: "t", Partition: 0, Writer: "b", Kind: PositionClaim, Next: 10})
+	if r, _ := p.Latest(sp); r.Writer != "b" || r.Held != "" {
+		t.Fatalf("latest %+v, want b's newer claim", r)
+	}
+	if r, _ := c.Latest(sp); r.Writer != "a" || r.Held != "through 25" {
+		t.Fatalf("the clone's latest %+v changed with the original", r)
+	}
+	p.Apply(PositionRecord{Topic: "t", Partition: 0, Writer: "a", Kind: PositionPos, Next: 30})
+	if r, _ := p.Latest(sp); r.Writer != "a" || r.Next != 30 || r.Held != "" {
+		t.Fatalf("latest %+v, want a's pos at 30", r)
+	}
+	back, err := ParsePositionRecord(PositionRecord{Topic: "t", Partition: 0, Writer: "a", Kind: PositionPos, Next: 10, Held: "through 25"}.Key(), PositionRecord{Topic: "t", Partition: 0, Writer: "a", Kind: PositionPos, Next: 10, Held: "through 25"}.Value())
+	if err != nil || back.Held != "through 25" {
+		t.Fatalf("round trip: %+v %v", back, err)
+	}
+	if p.Len() != 2 {
+		t.Fatalf("len %d, want 2", p.Len())
+	}
+}

@@ -1,0 +1,83 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// TestMirrorUnwritableCrashBeforeDeadLetter: in mirror mode a message that
+// cannot be written holds its partition's position at it until the input
+// hands a position past it over (a dead-letter route took it), with where the
+// copy reached past it in the positions record. The writer dies before the
+// route took it; the partition's next owner claims it at the held position,
+// fails the message again for its route, and acknowledges the records the
+// first writer copied past it without copying them again.
+func TestMirrorUnwritableCrashBeforeDeadLetter(t *testing.T) {
+	e := newMirrorEnv(t, 3)
+	fc, restore := catchFatal()
+	defer restore()
+	ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
+	defer cancel()
+	const limit = "max_message_bytes: 600\n"
+	big := strings.Repeat("x", 1000)
+	sp := txnstate.SourcePartition{Topic: e.src, Partition: 0}
+
+	x := mirrorOutputWith(t, e, "mirror-x", &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 1, member: "m"}, limit)
+	claim(t, x, e, 0)
+	x.StartAt(map[string]map[int32]int64{e.src: {0: 0}})
+	// Offsets 0 to 3; offset 1 is too large.
+	b1 := sourceBatch(e, 0, 0, 4)
+	b1[1].SetBytes([]byte(big))
+	err := x.WriteBatch(ctx, b1)
+	if got := blamed(b1, err); len(got) != 1 || !errors.Is(got[1], ErrCannotWrite) {
+		t.Fatalf("first batch: blamed %v, want offset 1 alone", got)
+	}
+	// A later batch of the partition commits while the dead-letter route
+	// has not acknowledged offset 1 yet.
+	if err := x.WriteBatch(ctx, sourceBatch(e, 0, 4, 2)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"v-0-0", "v-0-2", "v-0-3", "v-0-4", "v-0-5"}
+	if got := readCommitted(t, e.b, e.dst); !slices.Equal(got, want) {
+		t.Fatalf("before the crash: target %v, want %v", got, want)
+	}
+	st := positionsOf(t, e)
+	if n, _ := st.Next(sp); n > 1 {
+		t.Fatalf("the position of %s/0 is %d, past offset 1, which no output holds yet: a crash now loses it", e.src, n)
+	}
+
+	// x dies: the dead-letter output never took offset 1. y takes the
+	// partition over (fencing x) and reads it again from the position.
+	y := mirrorOutputWith(t, e, "mirror-y", &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 2, member: "n"}, limit)
+	got := claim(t, y, e, 0)
+	if got[0] != 1 {
+		t.Fatalf("y's claim: position %v, want 1 (held at the unwritable record)", got)
+	}
+	y.StartAt(map[string]map[int32]int64{e.src: {0: 1}})
+	replay := sourceBatch(e, 0, 1, 5)
+	replay[0].SetBytes([]byte(big))
+	err = y.WriteBatch(ctx, replay)
+	if got := blamed(replay, err); len(got) != 1 || !errors.Is(got[0], ErrCannotWrite) {
+		t.Fatalf("y's replay from 1: blamed %v, want offset 1 failed alone (for the dead-letter route)", got)
+	}
+	if got := readCommitted(t, e.b, e.dst); !slices.Equal(got, want) {
+		t.Fatalf("after the replay: target %v, want %v (each once)", got, want)
+	}
+	// The dead-letter route took offset 1: the input hands the batch over.
+	if err := y.CommitOffsets(ctx, map[string]map[int32]int64{e.src: {0: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, mirrorDeadline, "the position at 6", func() bool {
+		st := positionsOf(t, e)
+		n, _ := st.Next(sp)
+		return n == 6
+	})
+	if err := fc.err(); err != nil && !errors.As(err, new(*FencedError)) {
+		t.Fatalf("stopped with %v", err)
+	}
+}
