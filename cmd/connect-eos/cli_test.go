@@ -54,8 +54,17 @@ func (p *proc) output() string {
 // fresh build) with args; the process is killed when the test ends.
 func startBin(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startBinEnv(t, nil, args...)
+}
+
+// startBinEnv is startBin with env added to the process's environment.
+func startBinEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(kafkatest.Binary(t), args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	require.NoError(t, p.cmd.Start())
 	go func() { _ = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {

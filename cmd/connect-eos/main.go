@@ -10,6 +10,11 @@
 // `streams --api` is given; and the binary does not ship Benthos' command
 // and subprocess components, which run programs on the host.
 //
+// Memory: `run` sets a Go memory limit from the config's byte budgets when
+// GOMEMLIMIT is not set and the input bounds what the pipeline holds (a
+// kafka_native input feeding a kafka_eos output; see memlimit.go), and logs
+// the limit chosen or why none.
+//
 // Exit codes: 0 after a clean shutdown (including a bounded input that
 // reached its stop offsets), 1 for a CLI or config error, 3 when a component
 // raised a fatal error (see package internal/fatal): the stream is shut down
@@ -131,7 +136,13 @@ func run(ctx context.Context, args []string) int {
 			}
 		}),
 		service.CLIOptOnConfigParse(func(pc *service.ParsedConfig) error {
-			return checkParsedConfig(pc, logger)
+			if err := checkParsedConfig(pc, logger); err != nil {
+				return err
+			}
+			if runsOneStream(args) {
+				applyMemoryLimit(pc, logger)
+			}
+			return nil
 		}),
 	)
 	if err != nil {

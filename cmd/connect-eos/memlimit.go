@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/connect-eos/connect-eos/internal/memlimit"
+)
+
+// applyMemoryLimit sets the Go memory limit derived from the config's byte
+// budgets (package internal/memlimit) when `run` parsed the config, unless
+// GOMEMLIMIT is set, and logs the limit chosen (or why none).
+//
+// A limit is derived only for a kafka_native input feeding a kafka_eos output
+// with no processor and no buffer: the input's max_buffered_bytes then bounds
+// everything the process holds, and the limit is that budget plus 64 MiB (at
+// least 128 MiB). Other pipelines get none: what they hold is max_in_flight x
+// the bytes of a batch, which no budget bounds, and a limit below the live
+// data would make the garbage collector run constantly. Streams mode gets none
+// either (each stream has its own budgets, and streams come and go).
+func applyMemoryLimit(pc *service.ParsedConfig, log *service.Logger) {
+	// The runtime reads an empty GOMEMLIMIT as unset.
+	v := os.Getenv("GOMEMLIMIT")
+	msg := memlimit.Apply(memlimit.FromParsed(pc), v, v != "")
+	if log != nil {
+		log.Info(msg)
+	}
+}
+
+// runsOneStream tells whether args run one stream (run, or no subcommand),
+// not streams mode.
+func runsOneStream(args []string) bool {
+	i := subcommand(args)
+	return i >= len(args) || args[i] == "run"
+}

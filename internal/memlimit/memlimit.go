@@ -1,0 +1,228 @@
+// Package memlimit derives the Go memory limit (runtime/debug.SetMemoryLimit)
+// that the connect-eos binary sets for a stream config from its byte budgets,
+// when the user has not set GOMEMLIMIT.
+//
+// Without a limit Go lets the heap grow to about twice the live data
+// (GOGC=100), so a process holding its budget of records peaks far above it. A
+// limit fixes that only where the live data stays below it; where it does not,
+// the collector runs constantly and takes the CPU the pipeline needed (a
+// kafka_eos output fed by an input that bounds nothing ran at a fraction of
+// its throughput under a limit of its budget plus 64 MiB, and still peaked
+// above it). So a limit is derived only for a pipeline whose live data the
+// config bounds:
+//
+//   - the input is one kafka_native: it pauses every partition while the
+//     bytes it handed to the pipeline and had not acknowledged pass its
+//     max_buffered_bytes (default 256 MiB), counted as keys and values plus
+//     the message around each record. Everything the pipeline holds came from
+//     it and is counted until acknowledged;
+//   - the output is one kafka_eos: its records reference the messages' bytes
+//     (no copy), and it acknowledges a batch once its epoch committed, so what
+//     it holds is what the input counts;
+//   - there is no buffer (a buffer acknowledges messages to the input before
+//     the output took them, so the input's count no longer bounds them) and no
+//     processor anywhere (a processor can create data the input never counted:
+//     a parsed JSON document is several times its bytes, split, unarchive and
+//     decompress make more of it, caches and branches hold copies).
+//
+// Any other pipeline gets no limit, with the reason logged: its live data is
+// bounded by max_in_flight x the bytes of a batch, which no budget in the
+// config states, and a limit below it would make the collector run
+// constantly. The limit is the input's max_buffered_bytes plus Headroom (at
+// least MinLimit), and a GOMEMLIMIT in the environment, "off" included,
+// always wins.
+package memlimit
+
+import (
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/connect-eos/connect-eos/internal/kafkaconf"
+)
+
+// Headroom is what the limit allows above the input's budget: the consumer's
+// fetched records not handed over yet (up to one fetch per partition past the
+// budget), the producers' request buffers, the clients, the state cache and
+// Benthos itself.
+const Headroom = 64 << 20
+
+// MinLimit is the least limit derived: a copy pipeline's fixed cost (clients,
+// connection buffers, the state cache, Benthos) is tens of MiB whatever the
+// budget, and a limit near it would make the collector run constantly.
+const MinLimit = 128 << 20
+
+// DefaultInputBudget is kafka_native's max_buffered_bytes default.
+const DefaultInputBudget = 256 << 20
+
+// Decision is the limit derived for a config (0: none) and why.
+type Decision struct {
+	Limit  int64
+	Reason string
+}
+
+// none is a Decision without a limit.
+func none(format string, args ...any) Decision {
+	return Decision{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Derive returns the limit for a stream config, given the generic values
+// (maps, lists, scalars, as decoded from YAML; nil when absent) of its input,
+// buffer, pipeline and output sections.
+func Derive(input, buffer, pipeline, output any) Decision {
+	in, d := only(input, "input", "kafka_native")
+	if in == nil {
+		return d
+	}
+	if _, d := only(output, "output", "kafka_eos"); d.Reason != "" {
+		return d
+	}
+	if b, ok := buffer.(map[string]any); ok {
+		for k := range b {
+			if k != "none" && k != "label" {
+				return none("the config has a %s buffer, which acknowledges messages to the input before the output took them: the input's max_buffered_bytes does not bound them", k)
+			}
+		}
+	}
+	for _, s := range []struct {
+		name string
+		v    any
+	}{{"input", input}, {"pipeline", pipeline}, {"output", output}} {
+		if m, ok := s.v.(map[string]any); ok {
+			if l, ok := m["processors"].([]any); ok && len(l) > 0 {
+				return none("the %s has processors, which can create data the input's max_buffered_bytes does not count", s.name)
+			}
+		}
+	}
+	budget := int64(DefaultInputBudget)
+	if v, ok := in["max_buffered_bytes"]; ok && v != nil {
+		n, err := bytesValue(v)
+		if err != nil {
+			return none("kafka_native's max_buffered_bytes: %v", err)
+		}
+		budget = n
+	}
+	limit := max(budget+Headroom, MinLimit)
+	return Decision{Limit: limit, Reason: fmt.Sprintf("kafka_native's max_buffered_bytes (%s) + %s, the input bounding everything kafka_eos holds", mib(budget), mib(Headroom))}
+}
+
+// only returns the block of component name when section v is that component
+// and nothing else (a label and processors aside); otherwise nil and why.
+func only(v any, section, name string) (map[string]any, Decision) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) == 0 {
+		return nil, none("the config has no %s %s", name, section)
+	}
+	var others []string
+	for k := range m {
+		if k != name && k != "label" && k != "processors" {
+			others = append(others, k)
+		}
+	}
+	if len(others) > 0 {
+		sort.Strings(others)
+		return nil, none("the %s is %s, not %s alone: only a kafka_native input feeding a kafka_eos output bounds what the pipeline holds", section, strings.Join(others, ", "), name)
+	}
+	raw, present := m[name]
+	if !present {
+		return nil, none("the config has no %s %s", name, section)
+	}
+	block, _ := raw.(map[string]any)
+	if block == nil { // "kafka_native: {}" written as "kafka_native:"
+		block = map[string]any{}
+	}
+	return block, Decision{}
+}
+
+// bytesValue reads a byte size as YAML decodes it: an integer or a string
+// with a unit.
+func bytesValue(v any) (int64, error) {
+	switch t := v.(type) {
+	case int:
+		return int64(t), nil
+	case int64:
+		return t, nil
+	case uint64:
+		return int64(t), nil
+	case float64:
+		return int64(t), nil
+	case string:
+		return kafkaconf.ParseBytes(t)
+	}
+	return 0, fmt.Errorf("%v is not a byte size", v)
+}
+
+func mib(n int64) string {
+	if n%(1<<20) == 0 {
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// FromParsed derives the limit for a config Benthos parsed (the main config
+// of `run`).
+func FromParsed(pc *service.ParsedConfig) Decision {
+	section := func(name string) any {
+		if !pc.Contains(name) {
+			return nil
+		}
+		v, err := pc.FieldAny(name)
+		if err != nil {
+			return nil
+		}
+		return plain(v)
+	}
+	return Derive(section("input"), section("buffer"), section("pipeline"), section("output"))
+}
+
+// FromYAML derives the limit for a stream config's text.
+func FromYAML(conf string) (Decision, error) {
+	spec := service.NewConfigSpec()
+	for _, s := range []string{"input", "buffer", "pipeline", "output"} {
+		spec = spec.Field(service.NewAnyField(s).Optional())
+	}
+	pc, err := spec.ParseYAML(conf, nil)
+	if err != nil {
+		return Decision{}, err
+	}
+	return FromParsed(pc), nil
+}
+
+// plain turns what ParsedConfig.FieldAny returns (YAML nodes, or lists of
+// them) into plain maps and lists.
+func plain(v any) any {
+	switch t := v.(type) {
+	case interface{ Decode(any) error }: // a *yaml.Node
+		var out any
+		if err := t.Decode(&out); err != nil {
+			return nil
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = plain(e)
+		}
+		return out
+	}
+	return v
+}
+
+// Apply sets d's limit as the Go runtime's memory limit unless the user set
+// GOMEMLIMIT (goMemLimit its value, set whether it is in the environment:
+// the runtime read it at start and it wins). It returns the line to log,
+// which names the limit the runtime then reports.
+func Apply(d Decision, goMemLimit string, set bool) string {
+	switch {
+	case set:
+		return fmt.Sprintf("Go memory limit: GOMEMLIMIT=%s from the environment, kept (the runtime reports %d bytes)", goMemLimit, debug.SetMemoryLimit(-1))
+	case d.Limit <= 0:
+		return fmt.Sprintf("Go memory limit: none set (%s); set GOMEMLIMIT to bound the heap", d.Reason)
+	}
+	debug.SetMemoryLimit(d.Limit)
+	return fmt.Sprintf("Go memory limit: %d bytes (%s) from %s; GOMEMLIMIT overrides it", debug.SetMemoryLimit(-1), mib(d.Limit), d.Reason)
+}

@@ -1,0 +1,91 @@
+package memlimit
+
+import (
+	"math"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const k2kInput = `input:
+  kafka_native:
+    seed_brokers: [ localhost:9092 ]
+    topics: [ orders ]
+    consumer_group: copy
+%s
+`
+
+const k2kOutput = `output:
+  kafka_eos:
+    seed_brokers: [ localhost:9092 ]
+    topic: orders_copy
+    transactional_id: copy
+    consumer_group: copy
+    state_cache: state
+%s
+`
+
+func k2k(inputExtra, middle, outputExtra string) string {
+	return strings.Replace(k2kInput, "%s", inputExtra, 1) + middle + "\n" + strings.Replace(k2kOutput, "%s", outputExtra, 1)
+}
+
+func TestDerive(t *testing.T) {
+	const MiB = 1 << 20
+	cases := []struct {
+		name   string
+		conf   string
+		limit  int64
+		reason string // a part of the reason
+	}{
+		{"kafka_native to kafka_eos at the defaults", k2k("", "", ""), 320 * MiB, "max_buffered_bytes (256 MiB) + 64 MiB"},
+		{"a budget with a unit", k2k("    max_buffered_bytes: 1GiB", "", ""), 1088 * MiB, "1024 MiB"},
+		{"an integer budget", k2k("    max_buffered_bytes: 536870912", "", ""), 576 * MiB, "512 MiB"},
+		{"a budget in decimal units", k2k("    max_buffered_bytes: 200MB", "", ""), 200e6 + 64*MiB, "200000000 bytes"},
+		{"a small budget gets the floor", k2k("    max_buffered_bytes: 16MiB", "", ""), MinLimit, "16 MiB"},
+		{"empty processor lists", k2k("    max_buffered_bytes: 128MiB", "pipeline:\n  threads: 1\n  processors: []\n", ""), 192 * MiB, "128 MiB"},
+		{"buffer none", k2k("", "buffer:\n  none: {}\n", ""), 320 * MiB, "256 MiB"},
+		{"an output label", k2k("", "", "  label: out"), 320 * MiB, "256 MiB"},
+
+		{"pipeline processors", k2k("", "pipeline:\n  processors:\n    - mapping: root = this\n", ""), 0, "the pipeline has processors"},
+		{"input processors", k2k("  processors:\n    - mapping: root = this", "", ""), 0, "the input has processors"},
+		{"output processors", k2k("", "", "  processors:\n    - mapping: root = this"), 0, "the output has processors"},
+		{"a memory buffer", k2k("", "buffer:\n  memory: {}\n", ""), 0, "memory buffer"},
+		{"another input", "input:\n  generate:\n    mapping: root = \"x\"\n" + strings.Replace(k2kOutput, "%s", "", 1), 0, "the input is generate"},
+		{"kafka_native in a broker", "input:\n  broker:\n    inputs:\n      - kafka_native:\n          topics: [ a ]\n" + strings.Replace(k2kOutput, "%s", "", 1), 0, "the input is broker"},
+		{"another output", strings.Replace(k2kInput, "%s", "", 1) + "output:\n  stdout: {}\n", 0, "the output is stdout"},
+		{"no output", strings.Replace(k2kInput, "%s", "", 1), 0, "no kafka_eos output"},
+		{"a bad budget", k2k("    max_buffered_bytes: lots", "", ""), 0, "not a byte size"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d, err := FromYAML(c.conf)
+			require.NoError(t, err)
+			require.Equal(t, c.limit, d.Limit, d.Reason)
+			require.Contains(t, d.Reason, c.reason)
+		})
+	}
+}
+
+// TestApply: the runtime reports the derived limit after Apply, a
+// GOMEMLIMIT from the environment is kept, and no limit leaves the runtime's
+// as it was.
+func TestApply(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	debug.SetMemoryLimit(math.MaxInt64)
+
+	d := Decision{Limit: 320 << 20, Reason: "kafka_native's max_buffered_bytes (256 MiB) + 64 MiB"}
+	msg := Apply(d, "200MiB", true)
+	require.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1), "a GOMEMLIMIT in the environment wins")
+	require.Contains(t, msg, "GOMEMLIMIT=200MiB from the environment, kept")
+
+	msg = Apply(Decision{Reason: "the input is generate"}, "", false)
+	require.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1))
+	require.Contains(t, msg, "none set (the input is generate)")
+
+	msg = Apply(d, "", false)
+	require.Equal(t, int64(320<<20), debug.SetMemoryLimit(-1))
+	require.Contains(t, msg, "Go memory limit: 335544320 bytes (320 MiB) from kafka_native's max_buffered_bytes (256 MiB) + 64 MiB")
+}
