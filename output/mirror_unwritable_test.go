@@ -18,7 +18,16 @@ import (
 // fails the message again for its route, and acknowledges the records the
 // first writer copied past it without copying them again.
 func TestMirrorUnwritableCrashBeforeDeadLetter(t *testing.T) {
-	e := newMirrorEnv(t, 3)
+	testMirrorUnwritableCrashBeforeDeadLetter(t, newMirrorEnv(t, 3))
+}
+
+// The same on Apache Kafka (skipped without KAFKA_BROKERS_TV0/2), both ways
+// between the two transaction versions.
+func TestMirrorKafkaUnwritableCrashBeforeDeadLetter(t *testing.T) {
+	forEachMirrorKafka(t, 3, testMirrorUnwritableCrashBeforeDeadLetter)
+}
+
+func testMirrorUnwritableCrashBeforeDeadLetter(t *testing.T, e mirrorEnv) {
 	fc, restore := catchFatal()
 	defer restore()
 	ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
@@ -27,7 +36,7 @@ func TestMirrorUnwritableCrashBeforeDeadLetter(t *testing.T) {
 	big := strings.Repeat("x", 1000)
 	sp := txnstate.SourcePartition{Topic: e.src, Partition: 0}
 
-	x := mirrorOutputWith(t, e, "mirror-x", &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 1, member: "m"}, limit)
+	x := mirrorOutputWith(t, e, e.id+"x", &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 1, member: "m"}, limit)
 	claim(t, x, e, 0)
 	x.StartAt(map[string]map[int32]int64{e.src: {0: 0}})
 	// Offsets 0 to 3; offset 1 is too large.
@@ -53,7 +62,7 @@ func TestMirrorUnwritableCrashBeforeDeadLetter(t *testing.T) {
 
 	// x dies: the dead-letter output never took offset 1. y takes the
 	// partition over (fencing x) and reads it again from the position.
-	y := mirrorOutputWith(t, e, "mirror-y", &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 2, member: "n"}, limit)
+	y := mirrorOutputWith(t, e, e.id+"y", &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 2, member: "n"}, limit)
 	got := claim(t, y, e, 0)
 	if got[0] != 1 {
 		t.Fatalf("y's claim: position %v, want 1 (held at the unwritable record)", got)
