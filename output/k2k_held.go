@@ -3,6 +3,7 @@ package output
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -159,6 +160,35 @@ func (k *k2k) noteUnacked(w *write) {
 	}
 }
 
+// sourcedMsg is a message of a write with its source: the span of its input
+// batch, its partition, and its source offset (hasOff false: it has none).
+type sourcedMsg struct {
+	span   handover.Span
+	tp     topicPartition
+	off    int64
+	hasOff bool
+}
+
+// pendingSourced yields, by index, the messages of w still to be written
+// (neither acknowledged already nor failed) that carry a span.
+func pendingSourced(w *write) iter.Seq2[int, sourcedMsg] {
+	return func(yield func(int, sourcedMsg) bool) {
+		for i, msg := range w.batch {
+			if w.done[i] || w.unwritten(i) {
+				continue
+			}
+			s, ok := handover.SpanOf(msg)
+			if !ok {
+				continue
+			}
+			off, hasOff := sourceOffset(msg)
+			if !yield(i, sourcedMsg{span: s, tp: topicPartition{s.Topic, s.Partition}, off: off, hasOff: hasOff}) {
+				return
+			}
+		}
+	}
+}
+
 // errSibling is why a message is not written whose source record (the same
 // topic, partition and offset) also made a message that cannot be written.
 var errSibling = errors.New("another message of its source record cannot be written, and none of a record's messages is written while the group's offset is held at the record")
@@ -178,23 +208,14 @@ func (k *k2k) failSiblings(w *write) {
 		return
 	}
 	n := 0
-	for i, msg := range w.batch {
-		if w.done[i] || w.unwritten(i) {
+	for i, m := range pendingSourced(w) {
+		if !m.hasOff || m.off < m.span.From || m.off >= m.span.To {
 			continue
 		}
-		s, ok := handover.SpanOf(msg)
-		if !ok {
-			continue
-		}
-		off, ok := sourceOffset(msg)
-		if !ok || off < s.From || off >= s.To {
-			continue
-		}
-		tp := topicPartition{s.Topic, s.Partition}
-		if f, ok := k.floor[tp]; ok && off < f {
+		if f, ok := k.floor[m.tp]; ok && m.off < f {
 			continue // the route took it
 		}
-		if _, found := slices.BinarySearch(k.unacked[tp], off); !found {
+		if _, found := slices.BinarySearch(k.unacked[m.tp], m.off); !found {
 			continue
 		}
 		w.fail(i, &MessageError{Source: msgSource(w.batch, i), Field: keoFieldConsumerGroup, Err: errSibling})
@@ -216,20 +237,9 @@ func (k *k2k) skipHeld(w *write, o *output) {
 		return
 	}
 	n := 0
-	for i, msg := range w.batch {
-		if w.done[i] || w.unwritten(i) {
-			continue
-		}
-		s, ok := handover.SpanOf(msg)
-		if !ok {
-			continue
-		}
-		h, ok := k.skip[topicPartition{s.Topic, s.Partition}]
-		if !ok {
-			continue
-		}
-		off, ok := sourceOffset(msg)
-		if !ok || !h.covers(off, recordCount(w, i)) {
+	for i, m := range pendingSourced(w) {
+		h, ok := k.skip[m.tp]
+		if !ok || !m.hasOff || !h.covers(m.off, recordCount(w, i)) {
 			continue
 		}
 		if w.done == nil {
