@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -27,6 +28,7 @@ func TestBroker(t *testing.T) {
 			t.Run("IsApacheKafka", func(t *testing.T) { testIsApacheKafka(t, brokers, tv) })
 			t.Run("Transactions", func(t *testing.T) { testTransactions(t, brokers, tv) })
 			t.Run("TimeoutAbort", func(t *testing.T) { testTimeoutAbort(t, brokers) })
+			t.Run("StaleEpochInitFenced", func(t *testing.T) { testStaleEpochInitFenced(t, brokers) })
 		})
 	}
 }
@@ -296,4 +298,42 @@ func consumeUntil(ctx context.Context, t *testing.T, brokers, topic, stop string
 			return out
 		}
 	}
+}
+
+// testStaleEpochInitFenced: an InitProducerID that names a producer id and
+// epoch another producer has bumped since (the KIP-360 form franz-go sends
+// when it re-initialises a producer it had) is refused PRODUCER_FENCED, and
+// the id stays with the other producer, whose own re-initialisation bumps it.
+// kfake accepts the stale one and bumps the epoch past the other producer's:
+// a zombie's re-initialisation takes the id back there, never on Apache
+// Kafka.
+func testStaleEpochInitFenced(t *testing.T, brokers string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	require.NoError(t, err)
+	defer cl.Close()
+	id := fmt.Sprintf("stale-init-%d", time.Now().UnixNano())
+	init := func(pid int64, epoch int16) (*kmsg.InitProducerIDResponse, error) {
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID = &id
+		req.TransactionTimeoutMillis = 60000
+		req.ProducerID, req.ProducerEpoch = pid, epoch
+		return req.RequestWith(ctx, cl)
+	}
+	first, err := init(-1, -1)
+	require.NoError(t, err)
+	require.Zero(t, first.ErrorCode)
+	rival, err := init(-1, -1)
+	require.NoError(t, err)
+	require.Zero(t, rival.ErrorCode)
+	require.Equal(t, first.ProducerID, rival.ProducerID)
+	require.Equal(t, first.ProducerEpoch+1, rival.ProducerEpoch)
+	stale, err := init(first.ProducerID, first.ProducerEpoch)
+	require.NoError(t, err)
+	assert.Equal(t, kerr.ProducerFenced.Code, stale.ErrorCode, "an InitProducerID naming the bumped epoch %d: %+v", first.ProducerEpoch, stale)
+	again, err := init(rival.ProducerID, rival.ProducerEpoch)
+	require.NoError(t, err)
+	require.Zero(t, again.ErrorCode)
+	assert.Equal(t, rival.ProducerEpoch+1, again.ProducerEpoch, "the rival's re-initialisation after the refused one")
 }
