@@ -268,6 +268,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	}
 	ep.advance(txnstate.PhaseCommitted)
 	o.unknownTopic.reset()
+	o.firstReadCloses.Store(0)
 	o.mode.committed(ep, rec)
 	if o.hook(stepEnded, ep) {
 		return
@@ -539,7 +540,16 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	// bumped the epoch all the same: then nothing below can tell our bump
 	// from another producer's.
 	bpid, bepoch, bknown := ep.pid, ep.pepoch, true
+	var closedErr error // the client's producer id failed on a first-read close
 	if pid, pepoch, perr := s.cl.ProducerID(ectx); perr == nil {
+		bpid, bepoch = pid, pepoch
+	} else if firstReadClose(perr) {
+		// franz-go failed the producer id for good (BeginTransaction
+		// would refuse every later epoch) without sending anything: the
+		// id is the one it failed, the epoch's unless franz-go
+		// re-initialised it under the epoch.
+		closedErr = perr
+		s.broken = true
 		bpid, bepoch = pid, pepoch
 	} else if !isFenceErr(perr) {
 		bknown = false
@@ -548,11 +558,17 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	if err != nil {
 		o.log.Warnf("kafka_eos: aborting epoch %d on %q: %v", ep.n, s.id, err)
 	}
-	if err != nil && !isFenceErr(err) && bknown {
+	if !isFenceErr(err) && bknown && (err != nil || closedErr != nil) {
 		// The abort's outcome is unknown to the client, which may have
-		// been fenced meanwhile without learning it; asked before
-		// anything below can send an InitProducerID.
-		if rerr := o.rivalAfterAbort(ctx, ep, bpid, bepoch, err); rerr != nil {
+		// been fenced meanwhile without learning it (or, its producer id
+		// failed on a close, the client ended nothing and learnt
+		// nothing); asked before anything below can send an
+		// InitProducerID.
+		why := err
+		if why == nil {
+			why = closedErr
+		}
+		if rerr := o.rivalAfterAbort(ctx, ep, bpid, bepoch, why); rerr != nil {
 			o.zombie(s, rerr)
 			return
 		}
@@ -592,13 +608,19 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	o.mode.nacked(ep)
 	o.finishLocked(ep, &EpochError{Epoch: ep.n, Cause: cause})
 	o.mu.Unlock()
+	if closedErr != nil && o.firstReadCloseRepeated(s, closedErr) {
+		o.releaseSlot(s)
+		return
+	}
 	o.rewarm(ctx, s)
 	o.releaseChecked(ep, false, recordOf(rec)) // hanging.go
 }
 
 // rivalAfterAbort asks the broker, after an abort from producer id pid, epoch
 // e whose EndTxn got no answer (endErr: a timeout, a transport error, a
-// retriable error that outlived its retries), whether another producer
+// retriable error that outlived its retries) or that the client could not
+// tell the outcome of (endErr: the first-read close its producer id failed
+// on, which may have hidden a fence), whether another producer
 // initialised the slot's transactional id meanwhile. The slot is re-initialised next (a new client, a fresh
 // InitProducerID), which always succeeds and would take the id back from that
 // producer, fencing a live instance. It returns the error to stop with when
@@ -621,7 +643,7 @@ func (o *output) rivalAfterAbort(ctx context.Context, ep *epoch, pid int64, e in
 	}
 	switch txnstate.ClassifyAbort(pid, e, s.tv, obs, o.mayHaveTimedOut(ep)) {
 	case txnstate.AbortRival:
-		return fmt.Errorf("the abort of epoch %d (producer id %d, epoch %d) got no answer (%v) and the broker shows %v: another producer initialised the transactional id", ep.n, pid, e, endErr, obs)
+		return fmt.Errorf("the abort of epoch %d (producer id %d, epoch %d) left its outcome unknown to the client (%v) and the broker shows %v: another producer initialised the transactional id", ep.n, pid, e, endErr, obs)
 	case txnstate.AbortUnclear:
 		o.log.Warnf("kafka_eos: the abort of epoch %d on %q got no answer and the broker shows %v, which does not tell another producer from our abort: re-initialising it", ep.n, s.id, obs)
 	}
@@ -634,6 +656,7 @@ func (o *output) rewarm(ctx context.Context, s *slot) {
 		return
 	}
 	backoff := 100 * time.Millisecond
+	var closing time.Time // since when every attempt met a first-read close
 	for {
 		cl, err := o.newSlotClient(ctx, s.id)
 		if err == nil {
@@ -647,6 +670,14 @@ func (o *output) rewarm(ctx context.Context, s *slot) {
 			o.stop(err, true)
 			return
 		}
+		if !firstReadClose(err) {
+			closing = time.Time{}
+		} else if closing.IsZero() {
+			closing = time.Now()
+		} else if time.Since(closing) >= firstReadCloseFor {
+			o.stop(fmt.Errorf("kafka_eos: re-initialising %q: the broker closed every new connection at its first request for %v: %w", s.id, firstReadCloseFor, err), true)
+			return
+		}
 		o.log.Warnf("kafka_eos: re-initialising %q: %v", s.id, err)
 		select {
 		case <-time.After(backoff):
@@ -655,6 +686,39 @@ func (o *output) rewarm(ctx context.Context, s *slot) {
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// firstReadCloseLimit is how many epochs in a row may abort on a connection
+// the broker closed at its first request before the output stops.
+const firstReadCloseLimit = 5
+
+// firstReadCloseFor is how long a slot's re-initialisation may fail on such
+// closes, every attempt, before the output stops (a variable for tests).
+var firstReadCloseFor = 30 * time.Second
+
+// firstReadClose says whether err is franz-go's kgo.ErrFirstReadEOF: the
+// broker closed a connection at the first request on it (after ApiVersions),
+// which franz-go does not retry and, under AddPartitionsToTxn, fails the
+// client's producer id with for good ("is SASL missing?"). A connection cut
+// for any other reason at that moment looks the same: it is transient, and
+// the slot gets a new client. Only a close that repeats (firstReadCloseLimit)
+// is taken for the misconfiguration franz-go suspects.
+func firstReadClose(err error) bool {
+	var fre *kgo.ErrFirstReadEOF
+	return errors.As(err, &fre)
+}
+
+// firstReadCloseRepeated counts one more first-read close (err) and, at
+// firstReadCloseLimit in a row without a commit between, stops the output
+// (fatal) and returns true.
+func (o *output) firstReadCloseRepeated(s *slot, err error) bool {
+	n := o.firstReadCloses.Add(1)
+	if n < firstReadCloseLimit {
+		o.log.Warnf("kafka_eos: %q: the broker closed a new connection at its first request (%d in a row, the output stops at %d); replacing the slot's client: %v", s.id, n, firstReadCloseLimit, err)
+		return false
+	}
+	o.stop(fmt.Errorf("kafka_eos: %q: the broker closed a new connection at its first request %d times in a row (epochs aborted, clients replaced, nothing committed between): %w", s.id, n, err), true)
+	return true
 }
 
 // fenceKind asks DescribeTransactions whether a fence of ep was another

@@ -43,6 +43,11 @@ type output struct {
 	m            *metrics
 	store        *stateStore
 
+	// firstReadCloses counts the epochs aborted in a row on a connection
+	// the broker closed at its first request (firstReadClose); a commit
+	// resets it.
+	firstReadCloses atomic.Int32
+
 	// clientOpts are appended to every client's options (tests: a logger,
 	// kfake versions).
 	clientOpts []kgo.Opt
