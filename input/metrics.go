@@ -21,6 +21,8 @@ type inputMetrics struct {
 	// group_membership's assigned, revoked and lost callbacks.
 	assigned   *service.MetricGauge
 	rebalances *service.MetricCounter
+	// buffered is what max_buffered_bytes bounds.
+	buffered *service.MetricGauge
 
 	// mu orders publish and gaveUp, so that a publish whose snapshot still
 	// held a partition cannot set its lag again after gaveUp zeroed it.
@@ -46,7 +48,12 @@ func newInputMetrics(m *service.Metrics) *inputMetrics {
 		commitsOK:     m.NewCounter("kafka_native_commits_succeeded"),
 		commitsFailed: m.NewCounter("kafka_native_commits_failed"),
 		assigned:      m.NewGauge("kafka_native_assigned_partitions"),
-		rebalances:    m.NewCounter("kafka_native_rebalances", "event"),
+		// The bytes handed to the pipeline and not yet acknowledged, all
+		// partitions together, as max_buffered_bytes counts them: set at
+		// every flow-control check (before each poll, and every poll
+		// timeout while a batch waits for the pipeline).
+		buffered:   m.NewGauge("kafka_native_buffered_bytes"),
+		rebalances: m.NewCounter("kafka_native_rebalances", "event"),
 
 		fetchBatches:    m.NewCounter("kafka_native_client_fetch_batches", "topic"),
 		fetchCompressed: m.NewCounter("kafka_native_client_fetch_compressed_bytes", "topic"),

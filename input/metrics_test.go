@@ -276,3 +276,48 @@ kafka_native:
 	assert.Contains(t, out, fmt.Sprintf("Partition %s:0: start_offset committed: no committed offset; starting at 0 (reset_offset earliest)", topic))
 	assert.Contains(t, out, fmt.Sprintf("Partition %s:1: start_offset committed: offset 100 is outside the log [0, 2]; starting at 0 (reset_offset earliest)", topic))
 }
+
+// TestBufferedBytesGauge: kafka_native_buffered_bytes is what
+// max_buffered_bytes bounds, the bytes handed to the pipeline and not yet
+// acknowledged (key + value + 512 per record): while the output holds the
+// first batches it is a positive multiple of one record's 516 bytes, and once
+// they are acknowledged it returns to 0.
+func TestBufferedBytesGauge(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 10)...) // 10 x ("kN" + "aN") = 40 bytes
+	release := make(chan struct{})
+	s, capture, _ := captureStream(t, fmt.Sprintf(`
+kafka_native:
+  seed_brokers: [ %s ]
+  topics: [ %s ]
+  max_batch_records: 1
+`, strings.Join(e.brokers, ","), topic), func(ctx context.Context, _ service.MessageBatch) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	const key = "kafka_native_buffered_bytes{,root.input}"
+	const perRecord = 512 + 4
+	waitFor(t, 30*time.Second, func() string {
+		if v, _ := capture.get(key); v <= 0 || v%perRecord != 0 || v > 10*perRecord {
+			return fmt.Sprintf("buffered bytes %d while the output holds the first batch", v)
+		}
+		return ""
+	})
+	close(release)
+	waitFor(t, 30*time.Second, func() string {
+		if v, _ := capture.get(key); v != 0 {
+			return fmt.Sprintf("buffered bytes %d after every batch was acknowledged", v)
+		}
+		return ""
+	})
+	require.NoError(t, s.StopWithin(30*time.Second))
+	<-done
+}

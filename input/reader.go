@@ -416,6 +416,7 @@ func (f *fetchLoop) flowControl() {
 		total += f.tr.parts[p].unackedBytes
 	}
 	overTotal := total > f.cfg.maxBufferedTotal
+	f.met.buffered.Set(total)
 	for _, p := range f.tr.order {
 		ps := f.tr.parts[p]
 		want := ps.finished || ps.unackedBytes > f.cfg.maxBufferedBytes || overTotal
