@@ -17,6 +17,9 @@ type recovered struct {
 	// openOrphans are slots beyond the pool whose epoch recovery decided to
 	// abort: their InitProducerID does it.
 	openOrphans []int
+	// orphans are the slots beyond the pool that hold a record: a
+	// previous owner with a larger pool used them, and may still run.
+	orphans []int
 	// decided are recovery's decisions by slot, written by afterFence once
 	// the slots are fenced, if the slot still holds the record read.
 	decided map[int]decided
@@ -85,6 +88,9 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 			continue
 		}
 		recs = append(recs, slotRec{n, r})
+		if n >= o.conf.poolSize {
+			rec.orphans = append(rec.orphans, n)
+		}
 		if r.Epoch >= rec.nextEpoch {
 			rec.nextEpoch = r.Epoch + 1
 		}
@@ -329,16 +335,25 @@ func (o *output) writeDecided(ctx context.Context, n int, d decided, slots []*sl
 	return o.store.writeSlot(ctx, n, w)
 }
 
-// abortOrphans aborts lingering transactions of slots this pool does not use:
+// abortOrphans fences the slots this pool does not use, which aborts their
+// lingering transactions: every slot beyond the pool that holds a record (a
+// previous owner with a larger pool used it, and may still be running: a
+// zombie could otherwise go on committing epochs there after this instance
+// read the state cache, until it met one of the slots this pool fences),
 // slots recovery decided to abort, and Ongoing transactions ListTransactions
 // shows for ids matching `^<transactional_id>-(\d+)$` with n >= pool size,
 // exactly (never a bare prefix: that could fence another deployment whose id
 // extends ours). A listed slot recovery has not looked at is looked at first;
 // if its record is in doubt, the start stops rather than abort it unseen.
+// Each costs an InitProducerID at every start (the pool's high-water mark
+// never comes down).
 func (o *output) abortOrphans(ctx context.Context, rec recovered) error {
 	m := txnstate.NewSlotMatcher(o.conf.transactionalID)
 	abort := map[int]bool{}
 	for _, n := range rec.openOrphans {
+		abort[n] = true
+	}
+	for _, n := range rec.orphans {
 		abort[n] = true
 	}
 	lt, err := kadm.NewClient(o.admin).ListTransactions(ctx, nil, []string{txnstate.BrokerOngoing})
@@ -368,7 +383,7 @@ func (o *output) abortOrphans(ctx context.Context, rec recovered) error {
 			return fmt.Errorf("aborting the transaction of orphaned slot %q: %w", id, err)
 		}
 		cl.Close()
-		o.log.Infof("kafka_eos: aborted the lingering transaction of orphaned slot %q", id)
+		o.log.Infof("kafka_eos: fenced orphaned slot %q (beyond producer_pool_size %d), aborting what it had open", id, o.conf.poolSize)
 	}
 	return nil
 }

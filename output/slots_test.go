@@ -315,3 +315,41 @@ func TestSlotsInitialisedOnce(t *testing.T) {
 		t.Fatalf("%d InitProducerID after 20 epochs, want still 3", got)
 	}
 }
+
+// TestOrphanSlotsFenced: slots beyond a (now smaller) pool whose epochs ended
+// are fenced at start too, not only those with a transaction open: a previous
+// owner still running with the larger pool (a zombie) could otherwise commit
+// a later epoch on one of them after this instance read the state cache.
+func TestOrphanSlotsFenced(t *testing.T) {
+	c := newCluster(t)
+	res := newResources()
+	fc, restore := catchFatal()
+	defer restore()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Pool of 3: epochs 1 to 4 commit on slots 1, 2, 0, 1.
+	a := newTestOutput(t, res, baseYAML(c.ListenAddrs(), "app", "producer_pool_size: 3\n"))
+	for i := range 4 {
+		if err := a.WriteBatch(ctx, batchOf(fmt.Sprintf("a%d", i), 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The next instance runs a pool of 2 while a still runs.
+	b := newTestOutput(t, res, baseYAML(c.ListenAddrs(), "app", "producer_pool_size: 2\n"))
+	// a's epoch 5 opens on slot 2, which b's pool does not use.
+	if n := txnstate.SlotFor(5, 3); n != 2 {
+		t.Fatalf("epoch 5 on slot %d", n)
+	}
+	if err := a.WriteBatch(ctx, batchOf("zombie", 1)); err == nil {
+		t.Fatal("the previous owner committed an epoch on slot 2 after the next instance started: slot 2 was not fenced")
+	}
+	wait(t, 20*time.Second, "a stopped by the fence", func() bool { return fc.err() != nil })
+	if err := b.WriteBatch(ctx, batchOf("b", 1)); err != nil {
+		t.Fatal(err)
+	}
+	got := readCommitted(t, c.ListenAddrs(), testTopic)
+	slices.Sort(got)
+	if want := []string{"a0-0", "a1-0", "a2-0", "a3-0", "b-0"}; !slices.Equal(got, want) {
+		t.Fatalf("visible %v, want %v", got, want)
+	}
+}

@@ -432,7 +432,7 @@ on their increase sees the first one.
 			service.NewStringField(keoFieldTransactionalID).
 				Description("The transactional id prefix: slots use `<transactional_id>-<n>`. Unique per running instance: another deployment must not use this id, nor `<transactional_id>-<n>`."),
 			service.NewIntField(keoFieldPoolSize).
-				Description("The number of transactional producers (slots). At least 2: epoch N+1 produces while epoch N commits. Default 2.").
+				Description("The number of transactional producers (slots). At least 2: epoch N+1 produces while epoch N commits. It may be lowered between runs: every start fences the slots beyond the pool that a larger pool used (an InitProducerID each), so that a previous instance still running commits nothing there. Default 2.").
 				Default(defaultPoolSize).
 				Advanced(),
 			service.NewDurationField(keoFieldTxnTimeout).
