@@ -43,6 +43,12 @@ type result struct {
 	// VmRSS seen by a 20 ms sampler, bytes.
 	BufferedPeak int64 `json:"buffered_peak,omitempty"`
 	RSSSampled   int64 `json:"rss_sampled,omitempty"`
+	// MemLimit is the Go memory limit the child ran with, bytes, when it
+	// set the one the binary derives (-binary-memlimit).
+	MemLimit int64 `json:"mem_limit,omitempty"`
+	// InputBufferedPeak is the highest kafka_native_buffered_bytes the
+	// sampler saw (copy rows), bytes.
+	InputBufferedPeak int64 `json:"input_buffered_peak,omitempty"`
 	// Rate overrides Records/Seconds when a tool reports its own rate.
 	// AllocsPerRecord is the heap objects the whole child allocated in
 	// the measured span per record (consume and copy rows).
@@ -179,6 +185,7 @@ func childRun(ctx context.Context, kind string, o options, topic string, size, r
 		"-p-compression", o.pCompress, "-p-nodelay="+strconv.FormatBool(o.pNoDelay),
 		"-p-max-records", strconv.Itoa(o.pMaxRecords), "-p-sticky-kib", strconv.Itoa(o.pStickyKiB),
 		"-copy-topic", o.copyTopic, "-child-cpuprofile", prof,
+		"-binary-memlimit="+strconv.FormatBool(o.binaryMemLimit),
 		"-compression", o.compression, "-payload", o.payload)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -90,6 +90,9 @@ type options struct {
 
 	// saturation row
 	satBatch int
+	// satGoMemLimit: the kafka_eos saturation row runs once more with
+	// this GOMEMLIMIT in the child's environment ("": not).
+	satGoMemLimit string
 	// childEnv is added to a child's environment (the saturation row's
 	// GOMEMLIMIT).
 	childEnv []string
@@ -107,6 +110,10 @@ type options struct {
 	sample bool
 	// copyTopic is the target topic of the copy rows.
 	copyTopic string
+	// binaryMemLimit: the child sets the Go memory limit the connect-eos
+	// binary derives from the pipeline's config (internal/memlimit),
+	// unless GOMEMLIMIT is set.
+	binaryMemLimit bool
 }
 
 func main() {
@@ -130,7 +137,7 @@ func main() {
 	flag.BoolVar(&o.skipJava, "skip-java", false, "do not run Kafka's Java tools")
 	flag.BoolVar(&o.skipCons, "skip-consume", false, "do not run the consume rows")
 	var only string
-	flag.StringVar(&only, "only", "", "run only these contenders, comma separated slugs: kafkaeos, plain, raw, producerperformance, kafkanative (both formats), consumerperformance, copy (both copy rows) (empty: all)")
+	flag.StringVar(&only, "only", "", "run only these contenders, comma separated slugs: kafkaeos, plain, raw, rawcadence, rawnotxn, pptuned, ppdefaults, ppnotxn, rawpoll, kafkanative, kafkanativearrow, consumerperformance, rawcopy, copymessage, copyarrow, copysat (the saturated copy) (empty: all)")
 	flag.BoolVar(&o.skipSat, "skip-saturation", false, "do not run the saturation (peak RSS vs max_buffered_bytes) row")
 	flag.StringVar(&o.brokerName, "broker-name", fmt.Sprintf("bench-%d", os.Getpid()), "up.sh --name of the broker this run starts (unique per run by default, so two runs on one machine never share or stop each other's broker)")
 	flag.IntVar(&o.maxInFlight, "max-in-flight", 0, "kafka_eos max_in_flight and the plain output's concurrency (0: the output's default)")
@@ -139,6 +146,7 @@ func main() {
 	var codecs string
 	flag.StringVar(&codecs, "codecs", "", "run only the compression rows: kafka_eos's produce row with each of these codecs (comma separated, e.g. none,snappy,lz4,zstd,gzip), json order events as values, and the bytes on the broker per record")
 	flag.IntVar(&o.satBatch, "sat-batch", 4096, "records per Benthos batch in the saturation row")
+	flag.StringVar(&o.satGoMemLimit, "sat-gomemlimit", "", "run kafka_eos's saturation row once more with this GOMEMLIMIT in the child's environment (e.g. 320MiB; the binary sets no limit for that pipeline)")
 	flag.IntVar(&o.pBatchBytes, "p-batch-bytes", 0, "probe/plain: kgo.ProducerBatchMaxBytes (0: 1 MiB, kafka_eos's max_message_bytes default)")
 	flag.DurationVar(&o.pLinger, "p-linger", 0, "probe/plain: kgo.ProducerLinger (0: none, kafka_eos's)")
 	flag.StringVar(&o.pCompress, "p-compression", "none", "probe/plain: none, lz4, snappy, zstd, gzip")
@@ -152,6 +160,7 @@ func main() {
 	flag.BoolVar(&o.fresh, "fresh", false, "internal (child): a fresh copy of the value per message")
 	flag.BoolVar(&o.sample, "sample", false, "internal (child): sample RSS and buffered bytes")
 	flag.StringVar(&o.copyTopic, "copy-topic", "", "internal (child): target topic of a copy row")
+	flag.BoolVar(&o.binaryMemLimit, "binary-memlimit", false, "internal (child): set the Go memory limit connect-eos run derives from the config")
 	flag.IntVar(&o.records, "records", 0, "internal (child): a record count instead of the duration")
 	flag.StringVar(&o.cpuProfile, "child-cpuprofile", "", "internal (child): CPU profile file")
 	flag.Parse()

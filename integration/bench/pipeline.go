@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"runtime/metrics"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 
+	"github.com/connect-eos/connect-eos/internal/memlimit"
 	"github.com/connect-eos/connect-eos/internal/promexport"
 	// The project's components (kafka_eos, kafka_native, kafka_state).
 	_ "github.com/connect-eos/connect-eos/plugin"
@@ -443,6 +446,20 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	var memLimit int64
+	if o.binaryMemLimit {
+		// What `connect-eos run` does with this config.
+		d, err := memlimit.FromYAML(yaml)
+		if err != nil {
+			return result{}, err
+		}
+		env := os.Getenv("GOMEMLIMIT")
+		fmt.Fprintln(os.Stderr, memlimit.Apply(d, env, env != ""))
+		if d.Limit == 0 && env == "" {
+			return result{}, fmt.Errorf("the binary sets no memory limit for this pipeline: %s", d.Reason)
+		}
+		memLimit = debug.SetMemoryLimit(-1)
+	}
 	sb := env.NewStreamBuilder()
 	if err := sb.SetYAML(yaml); err != nil {
 		return result{}, err
@@ -585,8 +602,9 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 		r.Epochs -= epochsAtMark.Load()
 	}
 	if smp != nil {
-		r.BufferedPeak, r.RSSSampled = smp.buffered.Load(), smp.rss.Load()
+		r.BufferedPeak, r.RSSSampled, r.InputBufferedPeak = smp.buffered.Load(), smp.rss.Load(), smp.input.Load()
 	}
+	r.MemLimit = memLimit
 	return r, nil
 }
 
@@ -619,9 +637,11 @@ func epochsCommitted(exp *promexport.Exporter) int64 {
 // every batch) and the highest VmRSS: the saturation row shows with them that
 // the byte budget was reached, and how the peak RSS relates to it.
 type sampler struct {
-	buffered, rss atomic.Int64
-	done          chan struct{}
-	stopped       sync.WaitGroup
+	// input is the highest kafka_native_buffered_bytes (what the input's
+	// max_buffered_bytes bounds), in the copy rows.
+	buffered, rss, input atomic.Int64
+	done                 chan struct{}
+	stopped              sync.WaitGroup
 }
 
 func startSampler(exp *promexport.Exporter) *sampler {
@@ -637,12 +657,13 @@ func startSampler(exp *promexport.Exporter) *sampler {
 			}
 			if mfs, err := exp.Registry().Gather(); err == nil {
 				for _, mf := range mfs {
-					if mf.GetName() != "kafka_eos_buffered_bytes" {
+					peak := map[string]*atomic.Int64{"kafka_eos_buffered_bytes": &s.buffered, "kafka_native_buffered_bytes": &s.input}[mf.GetName()]
+					if peak == nil {
 						continue
 					}
 					for _, m := range mf.GetMetric() {
-						if v := int64(m.GetGauge().GetValue()); v > s.buffered.Load() {
-							s.buffered.Store(v)
+						if v := int64(m.GetGauge().GetValue()); v > peak.Load() {
+							peak.Store(v)
 						}
 					}
 				}

@@ -216,7 +216,7 @@ func (rp report) markdown() string {
 		}
 		w("\n")
 	}
-	if len(rp.saturation) > 0 {
+	if len(rp.saturation) > 0 || rp.satCopy() != nil {
 		rp.saturationTable(&b)
 	}
 	rp.targets(&b)
@@ -261,6 +261,17 @@ func (rp report) markdown() string {
 		for _, e := range sc.errs {
 			w("  - failed: %s\n", strings.ReplaceAll(e, "\n", " "))
 		}
+	}
+	if c := rp.satCopy(); c != nil {
+		var vs []string
+		for _, r := range c.rounds[cCopySat] {
+			if r == nil {
+				vs = append(vs, "-")
+			} else {
+				vs = append(vs, fmt.Sprintf("%.0f rec/s, Go memory limit %s, input buffered %d MiB, output buffered %d MiB, VmHWM %d MiB", r.RecordsPerSec(), fmtMemLimit(r.MemLimit), r.InputBufferedPeak>>20, r.BufferedPeak>>20, r.RSS>>20))
+			}
+		}
+		w("- saturation, %s: %s\n", cCopySat, strings.Join(vs, "; "))
 	}
 	w("\n</details>\n")
 	return b.String()
@@ -312,16 +323,56 @@ func (sc *satCell) values(f func(result) float64) []float64 {
 // satBound is the issue's RSS target at the output's default byte budget.
 const satBound = (256 + 64) << 20
 
+// fmtMemLimit is a Go memory limit in MiB ("none" for Go's default, no
+// limit: a GOMEMLIMIT=off in the environment won).
+func fmtMemLimit(v int64) string {
+	if v <= 0 || v >= math.MaxInt64>>1 {
+		return "none"
+	}
+	return fmt.Sprintf("%d MiB", v>>20)
+}
+
+// satCopy is the copy cell holding the saturated copy's rounds (nil if it
+// did not run).
+func (rp report) satCopy() *cell {
+	for _, c := range rp.copies {
+		if c.rounds[cCopySat] != nil {
+			return c
+		}
+	}
+	return nil
+}
+
 func (rp report) saturationTable(b *strings.Builder) {
 	o := rp.opts
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	inFlight := float64(eosDefaultMaxInFlight*o.satBatch*satSize) / (1 << 20)
 	w("### Saturation: peak RSS against max_buffered_bytes\n\n")
+	mib := func(v float64) string { return fmt.Sprintf("%.0f", v/(1<<20)) }
+	if c := rp.satCopy(); c != nil {
+		w("Kafka-to-Kafka: the copy (message) row's pipeline (`kafka_native` -> `kafka_eos`, %s epochs, one pipeline thread) on the same source topic, records of %s, with `max_in_flight: %d` on the output: %d batches of up to 1024 records are %.0f MiB as the input counts them (value + 512 bytes per record), three times its `max_buffered_bytes` default (256 MiB), so the input's budget, not the output, bounds what is in flight. The child sets the Go memory limit `connect-eos run` derives for this config (the input's budget + 64 MiB). Peak input buffered is the highest `kafka_native_buffered_bytes` (what the input's budget bounds) and peak output buffered the highest `kafka_eos_buffered_bytes` seen by the 20 ms sampler; peak RSS is VmHWM; the copy is counted as the copy rows are.\n\n",
+			c.interval, sizeLabel(c.size), satCopyInFlight, satCopyInFlight, float64(satCopyInFlight*1024*(c.size+512))/(1<<20))
+		w("| pipeline | records/s | MB/s | CPU s / M records | Go memory limit | peak input buffered MiB | peak output buffered MiB | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n")
+		rates := c.values(cCopySat, rate)
+		if len(rates) == 0 {
+			w("| %s | failed | - | - | - | - | - | - |\n", cCopySat)
+		} else {
+			w("| %s | %s | %.1f | %s | %s | %s | %s | %s |\n", cCopySat, spread(rates, fmtRate), median(rates)*float64(c.size)/(1<<20),
+				spread(c.values(cCopySat, func(r result) float64 { return r.CPUPerMillion() }), fmtCPU),
+				spread(c.values(cCopySat, func(r result) float64 { return float64(r.MemLimit) }), func(v float64) string { return fmtMemLimit(int64(v)) }),
+				spread(c.values(cCopySat, func(r result) float64 { return float64(r.InputBufferedPeak) }), mib),
+				spread(c.values(cCopySat, func(r result) float64 { return float64(r.BufferedPeak) }), mib),
+				spread(c.values(cCopySat, func(r result) float64 { return float64(r.RSS) }), mib))
+		}
+		w("\n")
+		if len(rp.saturation) == 0 {
+			return
+		}
+	}
 	w("kafka_eos at its defaults (max_in_flight %d, max_buffered_bytes 256 MiB), records of %s, each message with its own copy of the value, Benthos batches of %d records (%.0f MiB), 1s epochs: up to %.0f MiB of records in flight (max_in_flight x batch), so the byte budget can fill. ",
 		eosDefaultMaxInFlight, sizeLabel(satSize), o.satBatch, float64(o.satBatch*satSize)/(1<<20), inFlight)
-	w("Peak buffered is the highest `kafka_eos_buffered_bytes` (franz-go's buffered record bytes) seen by a 20 ms sampler in the child; peak RSS is its VmHWM.\n\n")
+	w("Peak buffered is the highest `kafka_eos_buffered_bytes` (franz-go's buffered record bytes) seen by a 20 ms sampler in the child; peak RSS is its VmHWM. `connect-eos run` sets no Go memory limit for this pipeline (its input bounds nothing), so none is set here unless the row says so (`-sat-gomemlimit`).\n\n")
 	w("| Go runtime | records/s | MB/s | CPU s / M records | peak buffered MiB | peak RSS MiB |\n|---|---|---|---|---|---|\n")
-	mib := func(v float64) string { return fmt.Sprintf("%.0f", v/(1<<20)) }
 	for _, sc := range rp.saturation {
 		rates := sc.values(rate)
 		if len(rates) == 0 {
@@ -418,6 +469,20 @@ func (rp report) targetList() []target {
 			}
 			ts = append(ts, target{"copy (message) >= 400k records/s (2x 200k)", row, abs, atLeast(400e3), fmtRate})
 		}
+	}
+	if c := rp.satCopy(); c != nil {
+		row := fmt.Sprintf("%s, %s, %s epochs", cCopySat, sizeLabel(c.size), c.interval)
+		rss := make([]float64, len(c.rounds[cCopySat]))
+		for i, r := range c.rounds[cCopySat] {
+			rss[i] = math.NaN()
+			if r != nil {
+				rss[i] = float64(r.RSS)
+			}
+		}
+		ts = append(ts,
+			target{"saturated peak RSS <= the input's max_buffered_bytes + 64 MiB (320 MiB)", row, rss,
+				func(v float64) bool { return v <= satBound }, func(v float64) string { return fmt.Sprintf("%.0f MiB", v/(1<<20)) }},
+			target{"saturated throughput >= 0.8x unsaturated (copy (message), same round)", row, c.perRound(cCopySat, cCopyMsg, rate), atLeast(0.8), fmtRatio})
 	}
 	for _, sc := range rp.saturation {
 		vals := make([]float64, len(sc.rounds))
