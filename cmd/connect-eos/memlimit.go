@@ -21,8 +21,16 @@ import (
 // either (each stream has its own budgets, and streams come and go).
 func applyMemoryLimit(pc *service.ParsedConfig, log *service.Logger) {
 	// The runtime reads an empty GOMEMLIMIT as unset.
-	v := os.Getenv("GOMEMLIMIT")
-	msg := memlimit.Apply(memlimit.FromParsed(pc), v, v != "")
+	env := os.Getenv("GOMEMLIMIT")
+	section := func(name string) any {
+		if !pc.Contains(name) {
+			return nil
+		}
+		v, _ := pc.FieldAny(name)
+		return plainValue(v)
+	}
+	d := memlimit.Derive(section("input"), section("buffer"), section("pipeline"), section("output"))
+	msg := memlimit.Apply(d, env, env != "")
 	if log != nil {
 		log.Info(msg)
 	}

@@ -163,22 +163,6 @@ func mib(n int64) string {
 	return strconv.FormatInt(n, 10) + " bytes"
 }
 
-// FromParsed derives the limit for a config Benthos parsed (the main config
-// of `run`).
-func FromParsed(pc *service.ParsedConfig) Decision {
-	section := func(name string) any {
-		if !pc.Contains(name) {
-			return nil
-		}
-		v, err := pc.FieldAny(name)
-		if err != nil {
-			return nil
-		}
-		return plain(v)
-	}
-	return Derive(section("input"), section("buffer"), section("pipeline"), section("output"))
-}
-
 // FromYAML derives the limit for a stream config's text.
 func FromYAML(conf string) (Decision, error) {
 	spec := service.NewConfigSpec()
@@ -189,27 +173,14 @@ func FromYAML(conf string) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	return FromParsed(pc), nil
-}
-
-// plain turns what ParsedConfig.FieldAny returns (YAML nodes, or lists of
-// them) into plain maps and lists.
-func plain(v any) any {
-	switch t := v.(type) {
-	case interface{ Decode(any) error }: // a *yaml.Node
-		var out any
-		if err := t.Decode(&out); err != nil {
+	section := func(name string) any {
+		if !pc.Contains(name) {
 			return nil
 		}
-		return out
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = plain(e)
-		}
-		return out
+		v, _ := pc.FieldAny(name)
+		return v
 	}
-	return v
+	return Derive(section("input"), section("buffer"), section("pipeline"), section("output")), nil
 }
 
 // Apply sets d's limit as the Go runtime's memory limit unless the user set
