@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +39,15 @@ import (
 //     output batches that each wait for a range the other holds are nacked
 //     again and again (the copy never finishes). Without processors Benthos
 //     builds no pipeline and threads does not matter.
+//   - kafka_eos in Kafka-to-Kafka mode (consumer_group set, mirror mode
+//     too) needs every input batch to reach it as one batch: a processor
+//     that hands a batch on as several (split, group_by, group_by_value,
+//     anywhere in the input's, the pipeline's or the output's processors,
+//     inside try, catch, while, processors or a processor resource) makes
+//     each part commit the whole input batch's source offsets, and a crash
+//     between the parts loses the later ones. Processors that merge what
+//     their children make into one batch again (for_each, switch, branch,
+//     workflow, parallel, retry, cached) are not looked into.
 
 // configFinding is the result of checkConfig.
 type configFinding struct {
@@ -47,8 +58,25 @@ type configFinding struct {
 // checkConfig checks a whole config, given as the generic values of its
 // input, pipeline, output and cache_resources sections (what Benthos parsed,
 // or the YAML file decoded).
-func checkConfig(input, pipeline, output, caches any) configFinding {
+func checkConfig(input, pipeline, output, caches, procResources any) configFinding {
 	var f configFinding
+	// The processors every kafka_eos of the config is fed through, but
+	// those of outputs around it (found per output below).
+	var feeding []namedProcs
+	findProcessors(input, "input", &feeding)
+	if m, ok := pipeline.(map[string]any); ok && m["processors"] != nil {
+		feeding = append(feeding, namedProcs{"pipeline.processors", m["processors"]})
+	}
+	procRes := map[string]any{} // label -> the processor resource's block
+	if list, ok := procResources.([]any); ok {
+		for _, r := range list {
+			if m, ok := r.(map[string]any); ok {
+				if l, _ := m["label"].(string); l != "" {
+					procRes[l] = m
+				}
+			}
+		}
+	}
 	threads, procs, parallel := pipelineThreads(pipeline)
 	var groups []string
 	walkComponents(input, "kafka_native", func(conf map[string]any) {
@@ -66,8 +94,25 @@ func checkConfig(input, pipeline, output, caches any) configFinding {
 			}
 		}
 	}
-	walkComponents(output, "kafka_eos", func(conf map[string]any) {
+	walkOutputs(output, "output", "kafka_eos", nil, func(conf map[string]any, around []namedProcs) {
 		id, _ := conf["transactional_id"].(string)
+		if g, _ := conf["consumer_group"].(string); g != "" {
+			var found []string
+			lists := append(slices.Clip(feeding), around...)
+			if b, ok := conf["batching"].(map[string]any); ok && b["processors"] != nil {
+				lists = append(lists, namedProcs{"the output's batching.processors", b["processors"]})
+			}
+			for _, np := range lists {
+				splittingProcessors(np.list, np.path, procRes, map[string]bool{}, &found)
+			}
+			for _, p := range found {
+				f.errors = append(f.errors, fmt.Sprintf(
+					"kafka_eos %q: Kafka-to-Kafka mode (consumer_group %q) needs every input batch to reach the output as one batch, and %s hands a batch on as several: "+
+						"each part commits the source offsets of the whole input batch, so a crash after the first part committed and before the others did loses their records; "+
+						"remove it (kafka_native's max_batch_records and max_batch_bytes make smaller input batches)",
+					id, g, p))
+			}
+		}
 		if g, _ := conf["consumer_group"].(string); g != "" && !contains(groups, g) {
 			have := "this config has no kafka_native input with a consumer_group"
 			if len(groups) > 0 {
@@ -212,6 +257,110 @@ func stateCacheWarnings(conf map[string]any) []string {
 	return conn.Warnings()
 }
 
+// namedProcs is a list of processors of the config and where it is.
+type namedProcs struct {
+	path string
+	list any
+}
+
+// findProcessors appends every processors list in v (an input section:
+// an input's processors, those of the inputs of a broker) to out.
+func findProcessors(v any, path string, out *[]namedProcs) {
+	switch t := v.(type) {
+	case map[string]any:
+		for _, k := range sortedKeys(t) {
+			if k == "processors" {
+				*out = append(*out, namedProcs{path + ".processors", t[k]})
+				continue
+			}
+			findProcessors(t[k], path+"."+k, out)
+		}
+	case []any:
+		for i, e := range t {
+			findProcessors(e, fmt.Sprintf("%s[%d]", path, i), out)
+		}
+	}
+}
+
+// walkOutputs calls fn with the block of every component named name in
+// the output section v, and the processors of the outputs it sits in (its
+// own and those of the brokers, fallbacks and switch cases around it).
+func walkOutputs(v any, path, name string, around []namedProcs, fn func(map[string]any, []namedProcs)) {
+	switch t := v.(type) {
+	case map[string]any:
+		if p, ok := t["processors"]; ok {
+			around = append(slices.Clip(around), namedProcs{path + ".processors", p})
+		}
+		for _, k := range sortedKeys(t) {
+			if k == "processors" {
+				continue
+			}
+			if k == name {
+				if m, ok := t[k].(map[string]any); ok {
+					fn(m, around)
+					continue
+				}
+			}
+			walkOutputs(t[k], path+"."+k, name, around, fn)
+		}
+	case []any:
+		for i, e := range t {
+			walkOutputs(e, fmt.Sprintf("%s[%d]", path, i), name, around, fn)
+		}
+	}
+}
+
+// batchSplitters are the processors that hand one batch on as several.
+var batchSplitters = map[string]bool{"split": true, "group_by": true, "group_by_value": true}
+
+// batchMergers are the processors that hand on one batch whatever their
+// children make of it (Benthos merges their results again).
+var batchMergers = map[string]bool{"for_each": true, "switch": true, "branch": true, "workflow": true, "parallel": true, "retry": true, "cached": true}
+
+// splittingProcessors appends to out where a processor in v (a list of
+// processors, or one) hands a batch on as several: a splitter, at any depth
+// but inside a merger, and through processor resources (by label).
+func splittingProcessors(v any, path string, resources map[string]any, seen map[string]bool, out *[]string) {
+	switch t := v.(type) {
+	case map[string]any:
+		for _, k := range sortedKeys(t) {
+			e := t[k]
+			switch {
+			case batchSplitters[k]:
+				where := path
+				if l, _ := t["label"].(string); l != "" {
+					where = fmt.Sprintf("%s (label %q)", path, l)
+				}
+				*out = append(*out, fmt.Sprintf("the %s processor at %s", k, where))
+			case batchMergers[k]:
+			case k == "resource":
+				name, _ := e.(string)
+				if r, ok := resources[name].(map[string]any); ok && !seen[name] {
+					seen[name] = true
+					r = maps.Clone(r)
+					delete(r, "label") // named as the resource
+					splittingProcessors(r, fmt.Sprintf("%s (processor resource %q)", path, name), resources, seen, out)
+				}
+			default:
+				splittingProcessors(e, path+"."+k, resources, seen, out)
+			}
+		}
+	case []any:
+		for i, e := range t {
+			splittingProcessors(e, fmt.Sprintf("%s[%d]", path, i), resources, seen, out)
+		}
+	}
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // walkComponents calls fn with the block of every component named name in
 // v, however deep (brokers, fallbacks, switch cases).
 func walkComponents(v any, name string, fn func(map[string]any)) {
@@ -256,7 +405,8 @@ func quoteList(l []string) string {
 }
 
 // plainValue turns what Benthos' ParsedConfig.FieldAny returns for the
-// main config (YAML nodes, or lists of them) into plain maps and lists.
+// main config (YAML nodes, or maps and lists holding them) into plain maps
+// and lists.
 func plainValue(v any) any {
 	switch t := v.(type) {
 	case interface{ Decode(any) error }: // a *yaml.Node
@@ -269,6 +419,12 @@ func plainValue(v any) any {
 		out := make([]any, len(t))
 		for i, e := range t {
 			out[i] = plainValue(e)
+		}
+		return out
+	case map[string]any: // a section whose lists hold YAML nodes (pipeline.processors)
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = plainValue(e)
 		}
 		return out
 	}
@@ -285,7 +441,7 @@ func checkParsedConfig(pc *service.ParsedConfig, log *service.Logger) error {
 		v, _ := pc.FieldAny(name)
 		return plainValue(v)
 	}
-	f := checkConfig(section("input"), section("pipeline"), section("output"), section("cache_resources"))
+	f := checkConfig(section("input"), section("pipeline"), section("output"), section("cache_resources"), section("processor_resources"))
 	for _, w := range f.warnings {
 		if log != nil {
 			log.Warn(w)
@@ -338,7 +494,8 @@ func checkConfigYAML(conf []byte) (configFinding, error) {
 		Field(service.NewAnyField("input").Optional()).
 		Field(service.NewAnyField("pipeline").Optional()).
 		Field(service.NewAnyField("output").Optional()).
-		Field(service.NewAnyField("cache_resources").Optional())
+		Field(service.NewAnyField("cache_resources").Optional()).
+		Field(service.NewAnyField("processor_resources").Optional())
 	pc, err := spec.ParseYAML(string(conf), nil)
 	if err != nil {
 		return configFinding{}, err
@@ -350,7 +507,7 @@ func checkConfigYAML(conf []byte) (configFinding, error) {
 		v, _ := pc.FieldAny(name)
 		return v
 	}
-	return checkConfig(section("input"), section("pipeline"), section("output"), section("cache_resources")), nil
+	return checkConfig(section("input"), section("pipeline"), section("output"), section("cache_resources"), section("processor_resources")), nil
 }
 
 // Redpanda Connect's kafka_franz and redpanda components write some fields

@@ -128,6 +128,39 @@ output:
 			[]string{`pipeline.threads is 4 with 1 processor(s): set pipeline.threads: 1`}, nil},
 		{"dedupe, one thread", orderConfig(procsThread, dedupeMode), nil, nil},
 		{"dedupe, no processors", orderConfig(noProcs4, dedupeMode), nil, nil},
+		{"k2k with split", orderConfig("pipeline:\n  threads: 1\n  processors: [ { split: { size: 2 } } ]", "    consumer_group: copy"),
+			[]string{`kafka_eos "copy": Kafka-to-Kafka mode (consumer_group "copy") needs every input batch to reach the output as one batch, and the split processor at pipeline.processors[0] hands a batch on as several: ` +
+				`each part commits the source offsets of the whole input batch, so a crash after the first part committed and before the others did loses their records; remove it`}, nil},
+		{"plain with split", orderConfig("pipeline:\n  processors: [ { split: { size: 2 } } ]", "    max_in_flight: 1"), nil, nil},
+		{"k2k with splits nested and in resources", `
+input:
+  kafka_native: { seed_brokers: [ b:1 ], topics: [ t ], consumer_group: copy }
+  processors:
+    - try: [ { group_by_value: { value: '${! meta("k") }' } } ]
+pipeline:
+  threads: 1
+  processors:
+    - label: merged
+      for_each: [ { split: { size: 1 } } ]
+    - switch: [ { check: 'true', processors: [ { split: {} } ] } ]
+    - branch: { processors: [ { split: {} } ] }
+    - while: { check: 'false', processors: [ { resource: cutter } ] }
+processor_resources:
+  - label: cutter
+    group_by: [ { check: 'true' } ]
+output:
+  fallback:
+    - kafka_eos: { seed_brokers: [ b:1 ], topic: u, transactional_id: x, consumer_group: copy, state_cache: s, batching: { count: 1, processors: [ { catch: [ { split: {} } ] } ] } }
+      processors: [ { label: cut, split: { size: 2 } } ]
+    - drop: {}
+      processors: [ { split: {} } ]
+`,
+			[]string{
+				`kafka_eos "x": Kafka-to-Kafka mode (consumer_group "copy") needs every input batch to reach the output as one batch, and the group_by_value processor at input.processors[0].try[0] hands`,
+				`the group_by processor at pipeline.processors[3].while.processors[0] (processor resource "cutter") hands`,
+				`the split processor at output.fallback[0].processors[0] (label "cut") hands`,
+				`the split processor at the output's batching.processors[0].catch[0] hands`,
+			}, nil},
 		{"inside a fallback", `
 input:
   kafka_native: { seed_brokers: [ b:1 ], topics: [ t ], consumer_group: a }
@@ -192,6 +225,19 @@ func TestCheckConfigInCLI(t *testing.T) {
 	p = startBin(t, "run", writeConfig(t, "http: { enabled: false }\n"+orderConfig(procs1, dedupeMode)))
 	require.Equal(t, 1, p.wait(t))
 	require.Contains(t, p.output(), "dedupe mode needs the messages in the order the input emitted them, and pipeline.threads is -1 (one thread per CPU)")
+
+	// Kafka-to-Kafka mode behind a processor that splits batches (here
+	// through a processor resource, which run sees as Benthos parsed it)
+	// can lose records on a crash: lint fails and run refuses to start.
+	split := writeConfig(t, "http: { enabled: false }\n"+orderConfig("pipeline:\n  threads: 1\n  processors: [ { resource: cut } ]\nprocessor_resources:\n  - label: cut\n    split: { size: 2 }", "    consumer_group: copy"))
+	const splitErr = `kafka_eos "copy": Kafka-to-Kafka mode (consumer_group "copy") needs every input batch to reach the output as one batch, and the split processor at pipeline.processors[0] (processor resource "cut") hands a batch on as several`
+	out, err = exec.Command(bin, "lint", split).CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), splitErr)
+	p = startBin(t, "run", split)
+	require.Equal(t, 1, p.wait(t))
+	require.Contains(t, p.output(), splitErr)
+	require.NotContains(t, p.output(), "Launching a connect-eos instance")
 }
 
 // TestMissingOutputTopicFatal: records to a topic that does not exist abort
