@@ -526,6 +526,20 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 		return
 	}
 	o.poisonAfter(ep.n, cause)
+	if s.cl.BufferedProduceRecords() > 0 || ep.failure() != nil {
+		// Records of the epoch not written, failing now or failed:
+		// franz-go fails a transactional batch once the broker answered
+		// an attempt with a definite error, and rewinds the partition's
+		// sequence over it, even when an earlier attempt whose answer
+		// was lost (the connection closed) had been applied. Under
+		// transaction version 0 the abort keeps the producer epoch, and
+		// the next transaction on this client would write that sequence
+		// again: refused (OUT_OF_ORDER_SEQUENCE_NUMBER, the producer id
+		// failed for good) or, with as many records, taken by the broker
+		// for a duplicate of the aborted batch and acknowledged without
+		// being written. A new client starts a new producer epoch.
+		s.broken = true
+	}
 	if err := s.cl.AbortBufferedRecords(actx); err != nil {
 		s.broken = true
 	}
@@ -558,15 +572,19 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	if err != nil {
 		o.log.Warnf("kafka_eos: aborting epoch %d on %q: %v", ep.n, s.id, err)
 	}
-	if !isFenceErr(err) && bknown && (err != nil || closedErr != nil) {
+	if !isFenceErr(err) && bknown && (err != nil || s.broken) {
 		// The abort's outcome is unknown to the client, which may have
-		// been fenced meanwhile without learning it (or, its producer id
-		// failed on a close, the client ended nothing and learnt
-		// nothing); asked before anything below can send an
-		// InitProducerID.
+		// been fenced meanwhile without learning it (or the slot gets a
+		// new client below, and the client's abort may have sent
+		// nothing: franz-go ends nothing when no partition joined the
+		// transaction, so it learnt nothing); asked before anything
+		// below can send an InitProducerID.
 		why := err
 		if why == nil {
 			why = closedErr
+		}
+		if why == nil {
+			why = cause
 		}
 		if rerr := o.rivalAfterAbort(ctx, ep, bpid, bepoch, why); rerr != nil {
 			o.zombie(s, rerr)
