@@ -44,15 +44,15 @@ func TestMemoryLimitApplied(t *testing.T) {
 	t.Run("derived", func(t *testing.T) {
 		// An empty GOMEMLIMIT is unset, for the Go runtime as for the
 		// binary (and hides the test runner's own, if it has one).
-		p := startBinEnv(t, []string{"GOMEMLIMIT="}, "run", memLimitConfig(t, "128MiB", ""))
-		p.waitOutput(t, `Go memory limit: 201326592 bytes (192 MiB) from kafka_native's max_buffered_bytes (128 MiB) + 64 MiB`)
+		p := startBinEnv(t, []string{"GOMEMLIMIT="}, "run", memLimitConfig(t, "512MiB", ""))
+		p.waitOutput(t, `Go memory limit: 603979776 bytes (576 MiB) from kafka_native's max_buffered_bytes (512 MiB) + 64 MiB`)
 	})
 	t.Run("GOMEMLIMIT wins", func(t *testing.T) {
-		p := startBinEnv(t, []string{"GOMEMLIMIT=100MiB"}, "run", memLimitConfig(t, "128MiB", ""))
+		p := startBinEnv(t, []string{"GOMEMLIMIT=100MiB"}, "run", memLimitConfig(t, "512MiB", ""))
 		p.waitOutput(t, "Go memory limit: GOMEMLIMIT=100MiB from the environment, kept (the runtime reports 104857600 bytes)")
 	})
 	t.Run("processors", func(t *testing.T) {
-		p := startBinEnv(t, []string{"GOMEMLIMIT="}, "run", memLimitConfig(t, "128MiB", "pipeline:\n  processors: [ { mapping: 'root = this' } ]"))
+		p := startBinEnv(t, []string{"GOMEMLIMIT="}, "run", memLimitConfig(t, "512MiB", "pipeline:\n  processors: [ { mapping: 'root = this' } ]"))
 		p.waitOutput(t, "Go memory limit: none set (the pipeline has processors")
 	})
 }

@@ -25,12 +25,24 @@
 //     a parsed JSON document is several times its bytes, split, unarchive and
 //     decompress make more of it, caches and branches hold copies).
 //
+// The limit's size: the input's count is not the heap. It counts 512 bytes
+// per record for the message around it, where a record held unacknowledged
+// took up to 3 KiB more than its key and value on the heap (HeapPerRecord).
+// So the budget bounds the heap only to within a factor, and a limit of the
+// budget plus Headroom could be below the live data once the budget is what
+// binds. The batches in flight bound the heap too: (max_in_flight +
+// InFlightExtra) x (max_batch_bytes + max_batch_records x HeapPerRecord), at
+// the defaults 74 x 4 MiB = 296 MiB. The limit is the larger of the two bounds
+// plus Headroom: 360 MiB at the defaults, the input's budget + 64 MiB where
+// that is larger, so that the live data stays below the limit whatever the
+// record sizes. Not with output batching, which makes batches the input's
+// caps do not size.
+//
 // Any other pipeline gets no limit, with the reason logged: its live data is
 // bounded by max_in_flight x the bytes of a batch, which no budget in the
 // config states, and a limit below it would make the collector run
-// constantly. The limit is the input's max_buffered_bytes plus Headroom (at
-// least MinLimit), and a GOMEMLIMIT in the environment, "off" included,
-// always wins.
+// constantly. A limit is at least MinLimit, and a GOMEMLIMIT in the
+// environment, "off" included, always wins.
 package memlimit
 
 import (
@@ -59,6 +71,27 @@ const MinLimit = 128 << 20
 // DefaultInputBudget is kafka_native's max_buffered_bytes default.
 const DefaultInputBudget = 256 << 20
 
+// Defaults of the fields the in-flight bound reads: kafka_native's
+// max_batch_records and max_batch_bytes, kafka_eos's max_in_flight.
+const (
+	DefaultMaxBatchRecords = 1024
+	DefaultMaxBatchBytes   = 1 << 20
+	DefaultMaxInFlight     = 64
+)
+
+// HeapPerRecord is what a record in flight takes on the heap besides its key
+// and value (the Benthos message, its metadata, the consumer's record and what
+// tracks them): input's BenchmarkHeapPerRecord measured 2.7-3.5 KiB on Apache
+// Kafka with 1 KiB and 100-byte values (upper bounds: everything the process
+// allocated and kept while it held them). The output's records reference the
+// same bytes.
+const HeapPerRecord = 3 << 10
+
+// InFlightExtra is the batches besides max_in_flight that can be in flight:
+// the up to 8 more Benthos hands a Kafka-to-Kafka output, and those between
+// the input and the output.
+const InFlightExtra = 10
+
 // Decision is the limit derived for a config (0: none) and why.
 type Decision struct {
 	Limit  int64
@@ -78,7 +111,8 @@ func Derive(input, buffer, pipeline, output any) Decision {
 	if in == nil {
 		return d
 	}
-	if _, d := only(output, "output", "kafka_eos"); d.Reason != "" {
+	out, d := only(output, "output", "kafka_eos")
+	if out == nil {
 		return d
 	}
 	if b, ok := buffer.(map[string]any); ok {
@@ -98,16 +132,48 @@ func Derive(input, buffer, pipeline, output any) Decision {
 			}
 		}
 	}
-	budget := int64(DefaultInputBudget)
-	if v, ok := in["max_buffered_bytes"]; ok && v != nil {
+	if b, ok := out["batching"].(map[string]any); ok {
+		for _, k := range []string{"count", "byte_size", "period", "check"} {
+			if v, ok := b[k]; ok && v != nil && v != "" && v != 0 {
+				return none("kafka_eos has output batching, which makes batches kafka_native's max_batch_records and max_batch_bytes do not size")
+			}
+		}
+	}
+	field := func(block map[string]any, name string, def int64) (int64, error) {
+		v, ok := block[name]
+		if !ok || v == nil {
+			return def, nil
+		}
 		n, err := bytesValue(v)
 		if err != nil {
-			return none("kafka_native's max_buffered_bytes: %v", err)
+			return 0, fmt.Errorf("field %s: %w", name, err)
 		}
-		budget = n
+		return n, nil
+	}
+	budget, err := field(in, "max_buffered_bytes", DefaultInputBudget)
+	if err != nil {
+		return none("kafka_native's %v", err)
+	}
+	records, err := field(in, "max_batch_records", DefaultMaxBatchRecords)
+	if err != nil {
+		return none("kafka_native's %v", err)
+	}
+	batchBytes, err := field(in, "max_batch_bytes", DefaultMaxBatchBytes)
+	if err != nil {
+		return none("kafka_native's %v", err)
+	}
+	inFlight, err := field(out, "max_in_flight", DefaultMaxInFlight)
+	if err != nil {
+		return none("kafka_eos's %v", err)
+	}
+	heap := (inFlight + InFlightExtra) * (batchBytes + records*HeapPerRecord)
+	if heap > budget {
+		limit := max(heap+Headroom, MinLimit)
+		return Decision{Limit: limit, Reason: fmt.Sprintf("the batches in flight as the heap holds them, (max_in_flight %d + %d) x (max_batch_bytes %s + max_batch_records %d x %d bytes) = %s, + %s: above kafka_native's max_buffered_bytes (%s), which counts 512 bytes per record and so bounds the heap only to within a factor",
+			inFlight, InFlightExtra, mib(batchBytes), records, HeapPerRecord, mib(heap), mib(Headroom), mib(budget))}
 	}
 	limit := max(budget+Headroom, MinLimit)
-	return Decision{Limit: limit, Reason: fmt.Sprintf("kafka_native's max_buffered_bytes (%s) + %s, the input bounding everything kafka_eos holds", mib(budget), mib(Headroom))}
+	return Decision{Limit: limit, Reason: fmt.Sprintf("kafka_native's max_buffered_bytes (%s) + %s, the input bounding everything kafka_eos holds (the batches in flight take at most %s on the heap)", mib(budget), mib(Headroom), mib(heap))}
 }
 
 // only returns the block of component name when section v is that component

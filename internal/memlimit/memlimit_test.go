@@ -39,14 +39,22 @@ func TestDerive(t *testing.T) {
 		limit  int64
 		reason string // a part of the reason
 	}{
-		{"kafka_native to kafka_eos at the defaults", k2k("", "", ""), 320 * MiB, "max_buffered_bytes (256 MiB) + 64 MiB"},
-		{"a budget with a unit", k2k("    max_buffered_bytes: 1GiB", "", ""), 1088 * MiB, "1024 MiB"},
+		{"kafka_native to kafka_eos at the defaults", k2k("", "", ""), 360 * MiB, "(max_in_flight 64 + 10) x (max_batch_bytes 1 MiB + max_batch_records 1024 x 3072 bytes) = 296 MiB, + 64 MiB"},
+		{"a budget with a unit", k2k("    max_buffered_bytes: 1GiB", "", ""), 1088 * MiB, "max_buffered_bytes (1024 MiB) + 64 MiB"},
 		{"an integer budget", k2k("    max_buffered_bytes: 536870912", "", ""), 576 * MiB, "512 MiB"},
-		{"a budget in decimal units", k2k("    max_buffered_bytes: 200MB", "", ""), 200e6 + 64*MiB, "200000000 bytes"},
-		{"a small budget gets the floor", k2k("    max_buffered_bytes: 16MiB", "", ""), MinLimit, "16 MiB"},
-		{"empty processor lists", k2k("    max_buffered_bytes: 128MiB", "pipeline:\n  threads: 1\n  processors: []\n", ""), 192 * MiB, "128 MiB"},
-		{"buffer none", k2k("", "buffer:\n  none: {}\n", ""), 320 * MiB, "256 MiB"},
-		{"an output label", k2k("", "", "  label: out"), 320 * MiB, "256 MiB"},
+		{"a budget in decimal units", k2k("    max_buffered_bytes: 400MB", "", ""), 400e6 + 64*MiB, "400000000 bytes"},
+		{"a small budget with small batches gets the floor", k2k("    max_buffered_bytes: 16MiB\n    max_batch_records: 10\n    max_batch_bytes: 16KiB", "", ""), MinLimit, "16 MiB"},
+		{"empty processor lists", k2k("    max_buffered_bytes: 1GiB", "pipeline:\n  threads: 1\n  processors: []\n", ""), 1088 * MiB, "1024 MiB"},
+		{"buffer none", k2k("    max_buffered_bytes: 1GiB", "buffer:\n  none: {}\n", ""), 1088 * MiB, "1024 MiB"},
+		{"an output label", k2k("    max_buffered_bytes: 1GiB", "", "  label: out"), 1088 * MiB, "1024 MiB"},
+
+		// The batches in flight bound the heap above the budget: the
+		// limit follows them, so that it is never below the live data.
+		{"a budget below the batches in flight", k2k("    max_buffered_bytes: 128MiB", "", ""), 360 * MiB, "above kafka_native's max_buffered_bytes (128 MiB)"},
+		{"a raised max_in_flight", k2k("", "", "    max_in_flight: 512"), (522*4 + 64) * MiB, "(max_in_flight 512 + 10)"},
+		{"larger batches", k2k("    max_batch_records: 4096\n    max_batch_bytes: 4MiB", "", ""), (74*16 + 64) * MiB, "max_batch_records 4096"},
+		{"small batches in flight, small budget", k2k("    max_buffered_bytes: 16MiB\n    max_batch_records: 100\n    max_batch_bytes: 64KiB", "", ""), MinLimit, "max_buffered_bytes (16 MiB)"},
+		{"output batching", k2k("", "", "    batching: { count: 10000 }"), 0, "output batching"},
 
 		{"pipeline processors", k2k("", "pipeline:\n  processors:\n    - mapping: root = this\n", ""), 0, "the pipeline has processors"},
 		{"input processors", k2k("  processors:\n    - mapping: root = this", "", ""), 0, "the input has processors"},
