@@ -186,12 +186,25 @@ var Defects = []Defect{
 	},
 	{
 		Name: "sequence-after-abort",
-		What: "kafka_eos (seen once, cause not confirmed): after an epoch aborted at the transaction-timeout " +
-			"margin with its flush unfinished (a produce answer dropped after the broker applied it, then " +
-			"NOT_LEADER answers), the next epoch on that producer gets OUT_OF_ORDER_SEQUENCE_NUMBER, franz-go " +
-			"fails the producer ID for good, and the pipeline stops (exit 3)",
+		What: "kafka_eos: after an epoch aborted at the transaction-timeout margin with its flush unfinished " +
+			"(a produce answer dropped after the broker applied it, then NOT_LEADER answers), the next epoch on " +
+			"that producer gets OUT_OF_ORDER_SEQUENCE_NUMBER, franz-go fails the producer ID for good, and the " +
+			"pipeline stops (exit 3): franz-go rewinds the partition's sequence over the failed batch, and under " +
+			"transaction version 0 the abort keeps the producer epoch (with as many records, the broker takes the " +
+			"replay for a duplicate and it is lost). Fixed: an epoch aborted with records not all written gets " +
+			"its slot a new client (a new producer epoch)",
 		Match: func(_ Result, f string) bool {
 			return strings.Contains(f, "with no fatal fault injected") && strings.Contains(f, "OUT_OF_ORDER_SEQUENCE_NUMBER")
+		},
+	},
+	{
+		Name: "first-read-close",
+		What: "kafka_eos: a connection closed under AddPartitionsToTxn, then at the first request on the " +
+			"connection of the retry, which franz-go takes for a missing SASL (\"is SASL missing?\") and fails " +
+			"the producer ID with for good: the next epoch on the slot stops the pipeline (exit 3) on a transient " +
+			"fault. Fixed: the epoch is aborted and the slot gets a new client; 5 in a row stop it",
+		Match: func(_ Result, f string) bool {
+			return strings.Contains(f, "with no fatal fault injected") && strings.Contains(f, "is SASL missing?")
 		},
 	},
 	{
