@@ -325,3 +325,105 @@ func TestK2KUnwritableSiblingsCrashBeforeDeadLetter(t *testing.T) {
 		t.Fatalf("after the route's ack: committed %d, want 6", got)
 	}
 }
+
+// TestK2KUnwritableZombieBeforeDeadLetter: the shape of the simulation's
+// seeds 8161861579037314397 and 1327419902656170225 (several pipeline threads,
+// a zombie). An instance's epoch commits a batch holding a message that
+// cannot be written, and the instance freezes right after the EndTxn, before
+// its batch is acknowledged, so before a dead-letter route could take the
+// message. A rival with the same transactional_id starts meanwhile: its
+// recovery finds the epoch committed, and it reads the partition again from
+// the group's offset. That offset must not have passed the message: the
+// rival fails it again for the route, writes nothing twice, and the frozen
+// instance, woken, commits nothing more. On the code before the held offset
+// the epoch committed the offset past the message with its batch-mates', the
+// rival started past it, and the frozen instance (fenced, stopped in doubt)
+// never handed it to the route: it was in neither output.
+func TestK2KUnwritableZombieBeforeDeadLetter(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	res := newResources()
+	yaml := baseYAML(brokers, "k2k-dlq-zombie", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n")
+	a := newUnconnected(t, res, yaml)
+	ended := make(chan struct{})
+	release := make(chan struct{})
+	a.hooks = &testHooks{atStep: func(s commitStep, n uint64) error {
+		if s == stepEnded && n == 1 {
+			close(ended)
+			<-release // frozen after the EndTxn, before the ack
+		}
+		return nil
+	}}
+	// Registered after newUnconnected's Close: runs before it.
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	// Offsets 0 to 3; offset 1 is too large.
+	errA := make(chan error, 1)
+	go func() { errA <- a.WriteBatch(ctx, k2kSourced("a", 0, 0, 4, 1)) }()
+	select {
+	case <-ended:
+	case err := <-errA:
+		t.Fatalf("the first batch returned %v before its epoch committed", err)
+	case <-ctx.Done():
+		t.Fatal("epoch 1 never committed")
+	}
+	want := map[string]int{"a-0": 1, "a-2": 1, "a-3": 1}
+	if got := counts(t, brokers); !maps.Equal(got, want) {
+		t.Fatalf("epoch 1 committed: visible %v, want %v", got, want)
+	}
+	committed := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]
+	if committed > 1 {
+		t.Fatalf("the group's offset of %s/0 is %d, past offset 1, which no dead-letter route took yet (the instance is frozen before its ack): lost if it never wakes", k2kIn, committed)
+	}
+
+	// The rival: same transactional_id, same state cache, the frozen
+	// instance still running. Its start fences the frozen one's slots.
+	handover.ReleaseCommitTakeover(res, k2kGroup, a)
+	b := newTestOutput(t, res, yaml)
+	if err := b.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.StartAt(map[string]map[int32]int64{k2kIn: {0: committed}})
+	replay := k2kSourced("a", 0, committed, 4, 1)
+	err := b.WriteBatch(ctx, replay)
+	if got := blamed(replay, err); len(got) != 1 || !errors.Is(got[int(1-committed)], ErrCannotWrite) {
+		t.Fatalf("the rival's replay from %d: blamed %v, want offset 1 failed alone (for the dead-letter route)", committed, got)
+	}
+	if got := counts(t, brokers); !maps.Equal(got, want) {
+		t.Fatalf("after the rival's replay: visible %v, want %v (each once)", got, want)
+	}
+
+	// The frozen instance wakes: whatever it answers its batch, it
+	// commits nothing more (its slots are fenced).
+	close(release)
+	select {
+	case <-errA:
+	case <-ctx.Done():
+		t.Fatal("the woken instance's batch never returned")
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != committed {
+		t.Fatalf("after the frozen instance woke: committed %d, want %d (held)", got, committed)
+	}
+	// The route took offset 1 from the rival: its input hands the batch
+	// over, and the offset moves to where the copy reached.
+	if err := b.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 4 {
+		t.Fatalf("after the dead-letter route's ack: committed %d, want 4", got)
+	}
+	if got := counts(t, brokers); !maps.Equal(got, want) {
+		t.Fatalf("at the end: visible %v, want %v", got, want)
+	}
+}
