@@ -179,6 +179,12 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		{Result{Plan: Plan{Mode: ModeMembers, Oversized: []int{3}, Retention: true}}, "hang: the run did not end within 45s", "members-oversized-stall"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{KfakeUnknown: 4, Deleted: 500}}, "hang: the run did not end within 45s", "kfake-unknown-loop"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{Deleted: 500}}, "hang: the run did not end within 45s", "retention-hang"},
+		// Seeds 8161861579037314397 and 1327419902656170225, FAIL(new) in
+		// sweeps run before dlq-crash-loss was known: a zombie froze the
+		// instance between the epoch that committed past the record and
+		// the dead-letter route.
+		{Result{Plan: Plan{Mode: ModeK2K, Oversized: []int{125, 244}, Threads: 2}, Stats: Stats{Zombies: 1}}, "the oversized record r125 reached neither the output nor the dead-letter output", "dlq-crash-loss"},
+		{Result{Plan: Plan{Mode: ModeMembers, Oversized: []int{114, 150}, Threads: 4}, Stats: Stats{Zombies: 1}}, "the oversized record r114 reached neither the output nor the dead-letter output", "dlq-crash-loss"},
 	} {
 		c.r.Failures = []string{c.f}
 		defects, unmatched := Classify(c.r)

@@ -550,8 +550,9 @@ func (p Plan) String() string {
 
 // Override changes a drawn plan for triage ("which dimension matters?"):
 // comma-separated name=value pairs among mode, tv, max_in_flight, pool,
-// batching, threads, in_batch, cache (sim or kafka_state), oversized (none), faults
-// (none), cache_faults (none), events (none). A failure is reported by its seed alone; an override only
+// batching, threads, in_batch, cache (sim or kafka_state), throttle (a
+// duration per record), oversized (none), faults (none), cache_faults (none),
+// events (none). A failure is reported by its seed alone; an override only
 // narrows down its cause.
 func Override(p Plan, spec string) (Plan, error) {
 	if spec == "" {
@@ -589,6 +590,8 @@ func Override(p Plan, spec string) (Plan, error) {
 			p.Events = nil
 		case "cache":
 			p.StateCache = v
+		case "throttle":
+			p.Throttle, err = time.ParseDuration(v)
 		default:
 			return p, fmt.Errorf("override %q: unknown name", k)
 		}

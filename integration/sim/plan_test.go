@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPrintPlans prints the plans of SIM_PLANS (comma-separated seeds).
@@ -90,5 +91,27 @@ func TestInjectorCountsRequests(t *testing.T) {
 	in.liftFatal()
 	if i := in.pick(1, in.ctlCount, ctl); i != -1 {
 		t.Fatalf("the lifted fatal fault still hits: %d", i)
+	}
+}
+
+// TestOverrideThrottle: a triage override slows the pipeline down (the
+// throttle per record), so that an event drawn at a share of the input lands
+// in the middle of a copy that would otherwise end first; the rest of the
+// plan stays the seed's.
+func TestOverrideThrottle(t *testing.T) {
+	p := Draw(8161861579037314397)
+	o, err := Override(p, "throttle=10ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Throttle != 10*time.Millisecond {
+		t.Fatalf("throttle %v, want 10ms", o.Throttle)
+	}
+	o.Throttle = p.Throttle
+	if o.String() != p.String() {
+		t.Fatalf("the override changed more than the throttle:\n%s\n%s", o, p)
+	}
+	if _, err := Override(p, "throttle=fast"); err == nil {
+		t.Fatal("throttle=fast: no error")
 	}
 }

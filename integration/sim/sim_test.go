@@ -38,6 +38,7 @@ var regressionSeeds = []uint64{
 	2630270121561816472, // batch-mates: dedupe, a restart replays a batch whose writable messages committed: its held-back ones were not owed
 	193,                 // dlq-crash-loss: the unwritable record's offset committed before the dead-letter output took it, then a crash
 	206,                 // dlq-crash-loss
+	8161861579037314397, // dlq-crash-loss: a zombie froze the instance after the epoch that committed past the record, before the dead-letter route took it (FAIL(new) in a sweep before the defect was known; 1 of 6 replays failed on the tree before the fix)
 	3201869320009214713, // state-auth-retry: dedupe, kafka_state, the state topic's Produce refused with TOPIC_AUTHORIZATION_FAILED after a commit
 	1168559996639554840, // probe-error-hidden: Kafka-to-Kafka, recovery's probe Fetch refused with TOPIC_AUTHORIZATION_FAILED
 }
