@@ -91,6 +91,12 @@ type k2k struct {
 	// wrote past an unacknowledged message, which a replay acknowledges
 	// without writing them again.
 	skip map[topicPartition]heldMeta
+	// handed holds the input batches (spans) a WriteBatch call holds now
+	// or one returned nil for, until the committed offset and the input's
+	// hand-over passed them; splitErr is set once one reached the output
+	// in a second call (a processor split it: see hand).
+	handed   map[handover.Span]*handedSpan
+	splitErr error
 }
 
 func newK2K(group string) *k2k {
@@ -380,6 +386,11 @@ func (k *k2k) forget(parts map[string][]int32) {
 			delete(k.unacked, tp)
 			delete(k.through, tp)
 			delete(k.skip, tp)
+		}
+	}
+	for s := range k.handed {
+		if gone[topicPartition{s.Topic, s.Partition}] {
+			delete(k.handed, s)
 		}
 	}
 	k.held = slices.DeleteFunc(k.held, func(s handover.Span) bool { return gone[topicPartition{s.Topic, s.Partition}] })
@@ -1047,8 +1058,10 @@ func (o *output) CommitOffsets(ctx context.Context, offsets map[string]map[int32
 		return errors.New("kafka_eos: no consumer_group")
 	}
 	if !k.addFloor(offsets) {
+		_ = o.stopIfSplitDrained() // committed already
 		return nil
 	}
+	defer func() { _ = o.stopIfSplitDrained() }()
 	_, wait := ctx.Deadline()
 	for {
 		if err := o.ensureEpoch(ctx); err != nil {
@@ -1156,6 +1169,7 @@ func (m *k2kMode) read(w *write) {
 	if !sorted {
 		sortBySource(w)
 	}
+	w.handed = m.k.hand(w, m.o)
 }
 
 // sortBySource reorders w's records (a stable sort: each input batch's stay

@@ -336,7 +336,10 @@ func (o *output) classifyConnectErr(err error) error {
 // is nacked). A batch is never split across epochs. A message that can never
 // be written (ErrCannotWrite) fails alone; the mode decides what else is not
 // written with it (see mode).
-func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
+func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) (err error) {
+	if err := o.stopIfSplitDrained(); err != nil {
+		return err
+	}
 	if o.turns != nil {
 		o.unadmitted.Add(1)
 	}
@@ -349,8 +352,14 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) err
 	w := o.toRecords(batch) // one record per message or Arrow row; the unwritable fail
 	defer w.release()
 	w.turn = t
-	o.skipWritten(w)                          // replays of messages written beside a failed one
-	o.mode.read(w)                            // spans, or keys and positions; what is held back
+	o.skipWritten(w) // replays of messages written beside a failed one
+	o.mode.read(w)   // spans, or keys and positions; what is held back
+	if o.k2k != nil {
+		defer func() {
+			o.k2k.handDone(w.handed, err)
+			_ = o.stopIfSplitDrained()
+		}()
+	}
 	ep, err := o.admit(ctx, w, o.sentBack(w)) // join an epoch by the mode's rules
 	if o.turns != nil {
 		o.unadmitted.Add(-1)

@@ -44,6 +44,9 @@ type write struct {
 	// pos is every message's key and position (dedupe).
 	pos []txnstate.KeyPos
 
+	// handed are the spans k2k.hand registered for the call.
+	handed []handover.Span
+
 	ref *batchRef // once joined
 	// turn is the WriteBatch call's turn to write (Kafka-to-Kafka): given
 	// up while the batch waits for its predecessor.

@@ -1,0 +1,96 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/connect-eos/connect-eos/handover"
+)
+
+// TestK2KSplitBatchDrainsThenStops: a processor split an input batch of
+// source offsets [0, 4) into two WriteBatch calls carrying its span. The
+// second part is recognised: it is still written (its offsets were
+// committed with the first part), a batch of a new span is nacked, and once
+// the input handed a position past the split batch over (every part
+// acknowledged) the output stops with ErrSplitBatch through the fatal path.
+// Nothing is lost or written twice: the restart copies the nacked batch.
+// Before, the guard did not exist: every part and the new batch were
+// written and nothing stopped, so a crash between two parts of a later split
+// batch lost records.
+func TestK2KSplitBatchDrainsThenStops(t *testing.T) {
+	fc, restore := catchFatal()
+	defer restore()
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	res := newResources()
+	yaml := yamlFor(brokers, testTopic, "k2k-split", "consumer_group: "+k2kGroup+"\n")
+	a := newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	whole := sourcedOf(k2kIn, "s", 0, 0, 4)
+	if err := a.WriteBatch(ctx, whole[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WriteBatch(ctx, whole[2:]); err != nil {
+		t.Fatalf("second part: %v, want it written (its offsets were committed with the first)", err)
+	}
+	next := sourcedOf(k2kIn, "s", 0, 4, 6)
+	err := a.WriteBatch(ctx, next)
+	for i, e := range blamed(next, err) {
+		if !errors.Is(e, errSplitRefused) {
+			t.Fatalf("message %d of a batch begun after the split: %v, want it nacked with errSplitRefused", i, e)
+		}
+	}
+	if len(blamed(next, err)) != len(next) {
+		t.Fatalf("batch begun after the split: %v, want every message nacked", err)
+	}
+	if fc.err() != nil {
+		t.Fatalf("stopped before the input acknowledged the split batch: %v", fc.err())
+	}
+	// The input acknowledged the split batch (both parts): drained.
+	if err := a.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(fc.err(), ErrSplitBatch) {
+		t.Fatalf("fatal error %v, want ErrSplitBatch", fc.err())
+	}
+	if err := a.WriteBatch(ctx, sourcedOf(k2kIn, "s", 0, 4, 6)); !errors.Is(err, ErrSplitBatch) {
+		t.Fatalf("after the stop: %v, want ErrSplitBatch", err)
+	}
+	want := map[string]int{"s-0": 1, "s-1": 1, "s-2": 1, "s-3": 1}
+	if got := countsIn(t, brokers, testTopic); !maps.Equal(got, want) {
+		t.Fatalf("at the stop: visible %v, want %v", got, want)
+	}
+	committed := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]
+	if committed != 4 {
+		t.Fatalf("the group's offset is %d, want 4", committed)
+	}
+
+	// The restart reads from the committed offset.
+	handover.ReleaseCommitTakeover(res, k2kGroup, a)
+	restore()
+	fc, restore = catchFatal()
+	defer restore()
+	b := newTestOutput(t, res, yaml)
+	if err := b.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.StartAt(map[string]map[int32]int64{k2kIn: {0: committed}})
+	if err := b.WriteBatch(ctx, sourcedOf(k2kIn, "s", 0, committed, 6)); err != nil {
+		t.Fatal(err)
+	}
+	want["s-4"], want["s-5"] = 1, 1
+	if got := countsIn(t, brokers, testTopic); !maps.Equal(got, want) {
+		t.Fatalf("after the restart: visible %v, want %v", got, want)
+	}
+	if fc.err() != nil {
+		t.Fatalf("restart: %v", fc.err())
+	}
+}
