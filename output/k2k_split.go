@@ -3,6 +3,7 @@ package output
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/connect-eos/connect-eos/handover"
 )
@@ -55,8 +56,8 @@ func (k *k2k) hand(w *write, o *output) []handover.Span {
 	var reg []handover.Span
 	for _, s := range w.spans {
 		tp := topicPartition{s.Topic, s.Partition}
-		if _, ok := k.base[tp]; !ok {
-			continue // no start handed over: no offset of it is committed
+		if _, ok := k.base[tp]; !ok || slices.Contains(reg, s) {
+			continue // no start handed over (no offset of it is committed), or parts merged in w
 		}
 		h := k.handed[s]
 		if h == nil {
