@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -97,6 +98,7 @@ type k2k struct {
 	// in a second call (a processor split it: see hand).
 	handed   map[handover.Span]*handedSpan
 	splitErr error
+	split    atomic.Bool // splitErr is set
 }
 
 func newK2K(group string) *k2k {
@@ -846,6 +848,7 @@ func (k *k2k) addFloor(offsets map[string]map[int32]int64) bool {
 			}
 		}
 	}
+	k.pruneHandedLocked()
 	return pending
 }
 

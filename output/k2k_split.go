@@ -73,6 +73,7 @@ func (k *k2k) hand(w *write, o *output) []handover.Span {
 		} else if k.splitErr == nil {
 			k.splitErr = fmt.Errorf("kafka_eos %q: group %s: %s/%d [%d, %d) reached the output in a second batch: %w", o.conf.transactionalID, k.group, s.Topic, s.Partition, s.From, s.To, ErrSplitBatch)
 			o.log.Errorf("%v (stopping once the input batches begun are written)", k.splitErr)
+			k.split.Store(true)
 		}
 		h.inFlight++
 		reg = append(reg, s)
@@ -121,12 +122,11 @@ func (k *k2k) handDone(reg []handover.Span, err error) {
 			delete(k.handed, s)
 		}
 	}
-	k.pruneHandedLocked()
 }
 
 // pruneHandedLocked forgets the spans no call holds that the group's
 // committed offset and the input's hand-over (every part acknowledged)
-// passed.
+// passed: at each hand-over (addFloor), and while draining.
 func (k *k2k) pruneHandedLocked() {
 	for s, h := range k.handed {
 		tp := topicPartition{s.Topic, s.Partition}
@@ -139,6 +139,9 @@ func (k *k2k) pruneHandedLocked() {
 // splitDrained returns ErrSplitBatch's error once a split was recognised
 // and every input batch begun is written whole and committed.
 func (k *k2k) splitDrained() error {
+	if !k.split.Load() {
+		return nil
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.splitErr == nil {
