@@ -134,3 +134,48 @@ func TestK2KSplitBatchCrashBeforeSecondPartLoses(t *testing.T) {
 		t.Fatalf("the first part committed the group's offset at %d and the restart copied %v; the limitation documented is 4 and %v (offsets 2 and 3 lost)", committed, got, want)
 	}
 }
+
+// TestK2KSplitProcessorStopsThenRestartCopies: Benthos' split processor
+// (parts of 2 messages of input batches of 5) in a Kafka-to-Kafka copy of
+// 300 records: the output recognises the split and stops through the fatal
+// path with ErrSplitBatch; the copy it leaves is consistent, so that a
+// restart without the processor finishes it with every record exactly once
+// and the group's lag at 0. Before, the copy ran to its end with nothing
+// said, each part committing its whole input batch's offsets.
+func TestK2KSplitProcessorStopsThenRestartCopies(t *testing.T) {
+	fc, restore := catchFatal()
+	defer restore()
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	const n = 300
+	fillInput(t, brokers, k2kIn, n)
+	s := buildStream(t, copyYAML(brokers, "k2k-split-stream", false, "\n    - split: { size: 2 }"))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	wait(t, 60*time.Second, "the output's stop on the split", func() bool { return fc.err() != nil })
+	if !errors.Is(fc.err(), ErrSplitBatch) {
+		t.Fatalf("fatal error %v, want ErrSplitBatch", fc.err())
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := s.Stop(sctx); err != nil {
+		t.Logf("stop: %v", err)
+	}
+	cancel()
+	<-done
+	var sum int64
+	for _, o := range groupOffsets(t, brokers, k2kGroup, k2kIn) {
+		sum += o
+	}
+	t.Logf("the split copy stopped with %d of %d offsets committed", sum, n)
+	if sum >= n {
+		t.Fatalf("the split copy committed every offset (%d): it did not stop before its end", sum)
+	}
+	restore()
+	fc, restore = catchFatal()
+	defer restore()
+	runStream(t, copyYAML(brokers, "k2k-split-stream", false, ""), 60*time.Second)
+	checkCopy(t, brokers, n, func(int) bool { return true })
+	if fc.err() != nil {
+		t.Fatalf("restart: %v", fc.err())
+	}
+}
