@@ -617,12 +617,6 @@ const admitWaitFull = time.Second
 // that a batch for each one read meanwhile does not add up to seconds.
 const admitWaitQueued = 100 * time.Millisecond
 
-// admitWaitNacked bounds how long a batch waits past admitWait for a range
-// this output nacked while a call is free to bring it (see admitLocked):
-// Benthos replays that range after what its retry list holds. The bound is a
-// safety net only.
-const admitWaitNacked = time.Minute
-
 // ErrOutOfOrder is wrapped by the error of a batch that waited admitWait for
 // the batch before it in its partition, or of the messages of a batch that
 // lie past a gap its other messages do not fill (admitLocked): they are
@@ -638,9 +632,7 @@ var ErrOutOfOrder = errors.New("kafka_eos: batch ahead of its partition's commit
 // them) wait until its predecessor joined an epoch, was handed over, or
 // committed, so that an epoch never commits records past the offsets it
 // commits. After admitWait the batch is nacked with ErrOutOfOrder (counted
-// and logged), unless every gap it waits on starts at a range this output
-// nacked and not every call Benthos may make waits (admitWaitNacked). A
-// batch of which some spans continue their partition's run
+// and logged). A batch of which some spans continue their partition's run
 // and others lie past a gap (output batching merges input batches) does not
 // wait: those join, the others are nacked (the mask says which spans may
 // join; they are not admitted yet: see k2kMode.admit). Called with o.mu
@@ -754,20 +746,6 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 				// only come back behind it (seen with an epoch
 				// flushing for seconds: every batch then in the
 				// spare calls was nacked).
-				timer.Reset(waited)
-				continue
-			}
-			if _, queued := o.k2k.reachable(spans); queued && o.admitWaiting < o.calls && time.Since(started) < admitWaitNacked {
-				// Every gap starts at a range this output nacked,
-				// which Benthos replays, and a call is free to
-				// bring it: it comes, however long Benthos' retry
-				// list takes (from a batch's third attempt on it
-				// sleeps about half a second before each replay,
-				// and after an aborted epoch behind a dead-letter
-				// route the nacks come back shuffled: the range
-				// before this batch came back 16s later). Nacked,
-				// this batch would only go to the back of that
-				// list, shuffled again.
 				timer.Reset(waited)
 				continue
 			}

@@ -2,7 +2,6 @@ package output
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -182,65 +181,5 @@ func TestK2KWaitOutlastsTheTurnsOfWritingBatches(t *testing.T) {
 	}
 	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 10 || got[1] != 20 || got[2] != 10 {
 		t.Fatalf("committed %v, want 0:10 1:20 2:10", got)
-	}
-}
-
-// A batch past a range this output nacked (its epoch aborted) waits for
-// Benthos to replay that range, however long its retry list takes, while
-// other calls can still bring it: Benthos replays nacks in the order they
-// came back, which after an aborted epoch behind a dead-letter route is
-// shuffled, and output batching merges them, so the range before a waiting
-// batch came back seconds later. Nacked after admitWait instead, the
-// waiting batch went to the back of that list, shuffled again, and a copy
-// with output batching crawled a record every few seconds and hung.
-func TestK2KWaitForANackedRangeOutlastsAdmitWait(t *testing.T) {
-	c := newK2KCluster(t)
-	brokers := c.ListenAddrs()
-	res, cache := flakyResources(t)
-	o := newTestOutput(t, res, baseYAML(brokers, "k2k-nacked-wait", "consumer_group: "+k2kGroup+"\nmax_in_flight: 4\npartitioner: manual\npartition: '0'\n"))
-	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := o.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// [0, 10) is nacked: its epoch aborts on the state cache.
-	cache.down.Store(true)
-	errs := make(chan error, 2)
-	go func() { errs <- o.WriteBatch(ctx, spanBatch("p", 0, 0, 10, 1)) }()
-	for deadline := time.Now().Add(30 * time.Second); cache.failed.Load() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no PREPARE write within 30s")
-		}
-	}
-	cache.down.Store(false)
-	if err := <-errs; !errors.Is(err, ErrEpochAborted) {
-		t.Fatalf("[0, 10) returned %v with its PREPARE write failed, want an abort", err)
-	}
-	go func() { errs <- o.WriteBatch(ctx, spanBatch("w", 0, 10, 20, 1)) }()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		o.mu.Lock()
-		n := o.admitWaiting
-		o.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("[10, 20) does not wait for [0, 10)")
-		}
-	}
-	// The replay of [0, 10) comes back well past admitWait.
-	time.Sleep(admitWait + time.Second)
-	go func() { errs <- o.WriteBatch(ctx, spanBatch("p", 0, 0, 10, 1)) }()
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := o.m.tally.get(metricK2KOutOfOrder); got != 0 {
-		t.Fatalf("%d batches nacked after waiting for the batch before them, want 0", got)
-	}
-	if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] != 20 {
-		t.Fatalf("committed %v, want 0:20", got)
 	}
 }

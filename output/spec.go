@@ -257,10 +257,7 @@ out). After 5s it is nacked with a warning (after 1s once every call Benthos may
 make at once waits, and 100ms then if the batch before it is one this output
 nacked: Benthos may hold the predecessor behind it, e.g. a batch nacked by an
 aborted epoch and queued for replay; never while another call has not joined
-an epoch yet, e.g. waits for a turn to write: it may hold the predecessor; and
-up to a minute while the batch before it is one this output nacked and not
-every call waits: Benthos replays that one after what its retry list holds,
-which after an aborted epoch can take seconds) and
+an epoch yet, e.g. waits for a turn to write: it may hold the predecessor) and
 Benthos replays it after its predecessor. A batch merging input batches (output `+"`batching`"+`) writes those
 that continue their partition's run at once and nacks only the others, and
 writes its records in source order per partition, so per-partition order
