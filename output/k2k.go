@@ -1295,7 +1295,50 @@ func (m *k2kMode) settled(context.Context, txnstate.Record) bool { return true }
 func (m *k2kMode) aborting(uint64, []*epoch) { m.k.resetAdmitted() }
 
 // nacked: the aborted epoch's batches are replayed.
-func (m *k2kMode) nacked(ep *epoch) { m.k.nack(ep.spans()) }
+func (m *k2kMode) nacked(ep *epoch) {
+	m.k.nack(ep.spans())
+	if m.k.floorPending() {
+		m.o.carryFloorLater()
+	}
+}
+
+// floorPending reports whether a position the input handed over (floor) of a
+// partition this member owns is past what is committed.
+func (k *k2k) floorPending() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for tp, f := range k.floor {
+		if k.member != nil {
+			if _, _, _, owned := k.member.Assignment(tp.topic, tp.partition); !owned {
+				continue
+			}
+		}
+		if f > k.committed[tp] {
+			return true
+		}
+	}
+	return false
+}
+
+// carryFloorLater opens, an epoch interval (at least 100ms) after an epoch
+// aborted, an epoch to carry the positions handed over that are not
+// committed yet. The aborted epoch's batches are replayed and carry them
+// again, but an epoch of offsets only (positions past records that produce no
+// message: transaction markers, aborted records, a message a dead-letter
+// route took) has none, and the input's periodic hand-over does not wait for
+// its commit, so it never hands the same positions over again: without
+// another epoch the group's offset would stay behind until a new record
+// reaches this output, which on an idle partition may be never.
+func (o *output) carryFloorLater() {
+	time.AfterFunc(max(o.conf.epochInterval, 100*time.Millisecond), func() {
+		if o.runCtx.Err() != nil || !o.k2k.floorPending() {
+			return
+		}
+		if err := o.ensureEpoch(o.runCtx); errors.Is(err, service.ErrNotConnected) {
+			o.carryFloorLater() // after the reconnect
+		}
+	})
+}
 
 func (m *k2kMode) stopped([]*epoch) {}
 
