@@ -23,6 +23,8 @@ const (
 	commitTimeout   = time.Second
 	shutdownTimeout = 5 * time.Second
 	sessionTimeout  = time.Second
+	// rebalanceTimeout is the group members' rebalance_timeout.
+	rebalanceTimeout = 4 * time.Second
 )
 
 // stopGrace is how long past shutdown_timeout an instance's stop may still
@@ -65,9 +67,9 @@ func streamYAML(p Plan, brokers, inst string, m int, logLevel string) string {
     group_membership: true
     session_timeout: %s
     heartbeat_interval: 200ms
-    rebalance_timeout: 4s
+    rebalance_timeout: %s
     revoke_ack_timeout: 1500ms
-`, sessionTimeout)
+`, sessionTimeout, rebalanceTimeout)
 		} else {
 			b.WriteString("    stop_offset: latest\n")
 		}

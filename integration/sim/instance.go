@@ -25,8 +25,9 @@ type instance struct {
 
 	done chan struct{} // closed once the process exited
 	mu   sync.Mutex
-	code int  // exit code; -1 after a signal
-	sig  bool // we killed it
+	code int       // exit code; -1 after a signal
+	at   time.Time // when it exited
+	sig  bool      // we killed it
 	// frozen is set while the process is SIGSTOPped.
 	frozen bool
 }
@@ -60,6 +61,7 @@ func startInstance(o Options, p Plan, brokers, storeAddr, name string, m int) (*
 		f.Close()
 		in.mu.Lock()
 		in.code = cmd.ProcessState.ExitCode()
+		in.at = time.Now()
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && !ee.Exited() {
 			in.code = -1
@@ -80,6 +82,16 @@ func (in *instance) exited() bool {
 }
 
 // killed reports whether the harness SIGKILLed the instance.
+// exitedAt returns when the process exited, if it did.
+func (in *instance) exitedAt() (time.Time, bool) {
+	if !in.exited() {
+		return time.Time{}, false
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.at, true
+}
+
 func (in *instance) killed() bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()

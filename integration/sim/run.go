@@ -64,6 +64,10 @@ type Stats struct {
 	KfakeFence int
 	// ZombieFence counts instances fenced where a zombie ran.
 	ZombieFence int
+	// KfakeEvicted counts group members of exited instances that kfake
+	// kept past Apache Kafka's session timeout, removed by the harness
+	// (evictDead).
+	KfakeEvicted int
 	// InDoubtStops counts stops on an EndTxn outcome unknown.
 	InDoubtStops int
 	// Recoveries counts the recovery decisions checked against the log.
@@ -91,8 +95,8 @@ func (r Result) Summary() string {
 		}
 	}
 	s := r.Stats
-	return fmt.Sprintf("sim: seed=%d %s elapsed=%.1fs starts=%d crashes=%d terms=%d zombies=%d fatal_exits=%d in_doubt_stops=%d zombie_fence=%d kfake_unknown=%d kfake_fence=%d recoveries=%d events=%d/%d fault_hits=%d cache_faults=%d out=%d dups=%d missing=%d dlq=%d | %s",
-		r.Seed, verdict, r.Elapsed.Seconds(), s.Starts, s.Crashes, s.Terms, s.Zombies, s.FatalExits, s.InDoubtStops, s.ZombieFence, s.KfakeUnknown, s.KfakeFence, s.Recoveries, s.EventsFired, len(r.Plan.Events),
+	return fmt.Sprintf("sim: seed=%d %s elapsed=%.1fs starts=%d crashes=%d terms=%d zombies=%d fatal_exits=%d in_doubt_stops=%d zombie_fence=%d kfake_unknown=%d kfake_fence=%d kfake_evicted=%d recoveries=%d events=%d/%d fault_hits=%d cache_faults=%d out=%d dups=%d missing=%d dlq=%d | %s",
+		r.Seed, verdict, r.Elapsed.Seconds(), s.Starts, s.Crashes, s.Terms, s.Zombies, s.FatalExits, s.InDoubtStops, s.ZombieFence, s.KfakeUnknown, s.KfakeFence, s.KfakeEvicted, s.Recoveries, s.EventsFired, len(r.Plan.Events),
 		s.FaultHits, s.CacheFaults, s.Out, s.Dups, s.Missing, s.DLQ, r.Plan)
 }
 
@@ -124,6 +128,7 @@ type runner struct {
 	stoppingNow bool
 	fatalSince  time.Time
 	load        loadWatch // stretches the run's bounds
+	lastEvict   time.Time // evictDeadMembers
 }
 
 type timed struct {
@@ -399,6 +404,25 @@ func (r *runner) progress() float64 {
 	return float64(got) / float64(want)
 }
 
+// offsetsBehind names, for a hang report, the input partitions whose
+// committed offset has not reached the end ("": none, or not a Kafka input).
+func (r *runner) offsetsBehind() string {
+	if !r.p.Mode.kafkaInput() {
+		return ""
+	}
+	var parts []string
+	for p, end := range r.ends {
+		if c := r.committed[p]; c != end {
+			parts = append(parts, fmt.Sprintf("%s/%d committed %d of %d", inTopic, p, c, end))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	sort.Strings(parts)
+	return ": " + strings.Join(parts, ", ")
+}
+
 func (r *runner) lag0() bool {
 	for p, end := range r.ends {
 		if r.committed[p] != end {
@@ -486,7 +510,7 @@ func (r *runner) loop(start time.Time) {
 					running = append(running, in.name)
 				}
 			}
-			r.fail("hang: the run did not end within %s%s (progress %.2f, running %v; %s)%s", bound, &r.load, r.progress(), running, r.state(), r.stallHint())
+			r.fail("hang: the run did not end within %s%s (progress %.2f%s, running %v; %s)%s", bound, &r.load, r.progress(), r.offsetsBehind(), running, r.state(), r.stallHint())
 			return
 		}
 		if r.p.Mode.kafkaInput() {
@@ -507,6 +531,7 @@ func (r *runner) loop(start time.Time) {
 			t.fn()
 		}
 		r.reap()
+		r.evictDeadMembers()
 		if len(r.res.Failures) > 0 && r.unexpected > 3 {
 			return
 		}

@@ -1,0 +1,141 @@
+package sim
+
+import (
+	"context"
+	"io"
+	"net"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestKfakeKeepsMemberDeadInJoin: a member whose JoinGroup was still waiting
+// when its process died is kept by kfake for good, with the partitions the
+// leader gave it (no session timer: its JoinGroup answer reached nobody),
+// where Apache Kafka expires it a session timeout after the join completed;
+// evictDead removes it and the live member gets every partition. If kfake
+// starts expiring such a member, the first half fails: evictDead can go.
+func TestKfakeKeepsMemberDeadInJoin(t *testing.T) {
+	const topic, grp = "t", "g"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	addr := c.ListenAddrs()[0]
+	adm, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+
+	// The live member, an eager balancer: one rebalance moves partitions.
+	live, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ClientID("live"), kgo.ConsumerGroup(grp), kgo.ConsumeTopics(topic),
+		kgo.Balancers(kgo.RangeBalancer()), kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond),
+		kgo.RebalanceTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			live.PollFetches(ctx)
+		}
+	}()
+	waitAssigned(ctx, t, adm, grp, map[string]int{"live": 2})
+
+	// The member that dies in its join: JoinGroup v3 (no member id
+	// round trip) on a connection closed right after the request.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := kmsg.NewConsumerMemberMetadata()
+	meta.Topics = []string{topic}
+	proto := kmsg.NewJoinGroupRequestProtocol()
+	proto.Name, proto.Metadata = "range", meta.AppendTo(nil)
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Version = 3
+	join.Group, join.ProtocolType = grp, "consumer"
+	join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = 1000, 2000
+	join.Protocols = []kmsg.JoinGroupRequestProtocol{proto}
+	f := kmsg.NewRequestFormatter(kmsg.FormatterClientID("dead"))
+	if _, err := conn.Write(f.AppendRequest(nil, join, 1)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.(*net.TCPConn).CloseWrite()
+	_, _ = io.Copy(io.Discard, conn) // kfake closes once it sees the end
+	conn.Close()
+
+	// The live member rejoins, the rebalance completes with both, and
+	// the dead one keeps its partition: many session timeouts later too.
+	waitAssigned(ctx, t, adm, grp, map[string]int{"live": 1, "dead": 1})
+	time.Sleep(5 * time.Second)
+	if got := assigned(ctx, t, adm, grp); got["dead"] != 1 {
+		t.Fatalf("kfake expired the member that died in its join (%v): evictDead is no longer needed", got)
+	}
+
+	gone, err := evictDead(ctx, adm, grp, func(id string) bool { return id == "dead" })
+	if err != nil || len(gone) != 1 {
+		t.Fatalf("evictDead: %v, %v; want one member removed", gone, err)
+	}
+	waitAssigned(ctx, t, adm, grp, map[string]int{"live": 2})
+}
+
+// assigned counts the partitions each client id holds in group (stable
+// groups only; nil otherwise).
+func assigned(ctx context.Context, t *testing.T, adm *kgo.Client, grp string) map[string]int {
+	t.Helper()
+	described, err := kadm.NewClient(adm).DescribeGroups(ctx, grp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := described[grp]
+	if g.State != "Stable" {
+		return nil
+	}
+	out := map[string]int{}
+	for _, m := range g.Members {
+		n := 0
+		if ca, ok := m.Assigned.AsConsumer(); ok {
+			for _, tp := range ca.Topics {
+				n += len(tp.Partitions)
+			}
+		}
+		out[m.ClientID] = n
+	}
+	return out
+}
+
+func waitAssigned(ctx context.Context, t *testing.T, adm *kgo.Client, grp string, want map[string]int) {
+	t.Helper()
+	var got map[string]int
+	for ctx.Err() == nil {
+		got = assigned(ctx, t, adm, grp)
+		if len(got) == len(want) {
+			same := true
+			for k, v := range want {
+				if got[k] != v {
+					same = false
+				}
+			}
+			if same {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	keys := make([]string, 0, len(got))
+	for k := range got {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	t.Fatalf("group %s: assigned %v (clients %v), want %v", grp, got, keys, want)
+}
