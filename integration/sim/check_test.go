@@ -179,6 +179,7 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		{Result{Plan: Plan{Mode: ModeMembers, Oversized: []int{3}, Retention: true}}, "hang: the run did not end within 45s", "members-oversized-stall"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{KfakeUnknown: 4, Deleted: 500}}, "hang: the run did not end within 45s", "kfake-unknown-loop"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{Deleted: 500}}, "hang: the run did not end within 45s", "retention-hang"},
+		{Result{Plan: Plan{Mode: ModeMembers, AbortedTxns: 3}, Stats: Stats{CacheFaults: 3}}, "hang: the run did not end within 45s (progress 0.98: in/1 committed 0 of 12, ...)", "offsets-only-abort"},
 		// Seeds 8161861579037314397 and 1327419902656170225, FAIL(new) in
 		// sweeps run before dlq-crash-loss was known: a zombie froze the
 		// instance between the epoch that committed past the record and

@@ -17,7 +17,9 @@ import (
 // did not send SyncGroup only while the group is still completing its
 // rebalance. A member whose process died while its JoinGroup waited for the
 // rebalance (an instance crashed while the group waited for a frozen
-// member's session to end) never gets a timer: once the leader's SyncGroup
+// member's session to end) never gets a timer if kfake finds its connection
+// closed when it answers (it picks at random between that and a send into the
+// connection's buffered channel, which starts the timer): once the leader's SyncGroup
 // made the group stable, kfake keeps it for good, with the partitions the
 // leader gave it, and no rebalance ever comes (seed 3486820604432258280:
 // plain mode with two members, the zombie's rival crashed in its join; the
