@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestK2KOffsetsOnlyEpochAbortedIsCarriedAgain: positions the input hands
@@ -55,6 +57,56 @@ func TestK2KOffsetsOnlyEpochAbortedIsCarriedAgain(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("the positions of an aborted epoch of offsets only were never committed: group offsets %v, want 0:12 (%d epochs aborted)",
 				groupOffsets(t, brokers, k2kGroup, k2kIn), o.m.tally.get(metricEpochsAborted))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestK2KOffsetsOnlyWhileRejoiningCarriedAfter: positions handed over while
+// the group member rejoins its group cannot be stamped, and the epoch of
+// offsets only commits nothing; the input does not hand them over again, so
+// an epoch after the rejoin must carry them (the member kept the partition:
+// nothing else moves the offset of an idle partition).
+func TestK2KOffsetsOnlyWhileRejoiningCarriedAfter(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(k2kGroup), kgo.ConsumeTopics(k2kIn), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var (
+		mem string
+		gen int32 = -1
+	)
+	wait(t, 30*time.Second, "a member of the group", func() bool {
+		pctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		cl.PollFetches(pctx)
+		cancel()
+		mem, gen = cl.GroupMetadata()
+		return gen >= 1 && mem != ""
+	})
+	o := k2kOutput(t, newResources(), brokers, "k2k-only-rejoin")
+	fg := &fakeGroup{owned: map[int32]uint64{0: 1}, gen: gen, member: ""} // rejoining
+	o.Member(fg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := o.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.CommitOffsets(context.Background(), map[string]map[int32]int64{k2kIn: {0: 12}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the epoch of offsets only finds the member rejoining
+	fg.mu.Lock()
+	fg.member = mem
+	fg.mu.Unlock()
+	for {
+		if got := groupOffsets(t, brokers, k2kGroup, k2kIn); got[0] == 12 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("positions handed over while the member rejoined were never committed: group offsets %v, want 0:12", groupOffsets(t, brokers, k2kGroup, k2kIn))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
