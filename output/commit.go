@@ -195,6 +195,12 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		o.finish(ep, nil)
 		o.rewarm(ctx, ep.slot)
 		o.releaseSlot(ep.slot)
+		if o.k2k != nil && o.k2k.floorPending() {
+			// Positions handed over that it could not carry (the
+			// group member was rejoining: nothing can be stamped),
+			// which the input does not hand over again.
+			o.carryFloorLater()
+		}
 		return
 	}
 	if o.hook(stepProduced, ep) {

@@ -1321,14 +1321,15 @@ func (k *k2k) floorPending() bool {
 }
 
 // carryFloorLater opens, an epoch interval (at least 100ms) after an epoch
-// aborted, an epoch to carry the positions handed over that are not
-// committed yet. The aborted epoch's batches are replayed and carry them
-// again, but an epoch of offsets only (positions past records that produce no
-// message: transaction markers, aborted records, a message a dead-letter
-// route took) has none, and the input's periodic hand-over does not wait for
-// its commit, so it never hands the same positions over again: without
-// another epoch the group's offset would stay behind until a new record
-// reaches this output, which on an idle partition may be never.
+// aborted or could not stamp them (the group member was rejoining), an epoch
+// to carry the positions handed over that are not committed yet. An aborted
+// epoch's batches are replayed and carry them again, but an epoch of offsets
+// only (positions past records that produce no message: transaction markers,
+// aborted records, a message a dead-letter route took) has none, and the
+// input's periodic hand-over does not wait for its commit, so it never hands
+// the same positions over again: without another epoch the group's offset
+// would stay behind until a new record reaches this output, which on an idle
+// partition may be never.
 func (o *output) carryFloorLater() {
 	time.AfterFunc(max(o.conf.epochInterval, 100*time.Millisecond), func() {
 		if o.runCtx.Err() != nil || !o.k2k.floorPending() {
