@@ -163,13 +163,15 @@ func procStatus(field string) int64 {
 
 // childRun runs one contender in a child process: this binary with -child.
 // The child's CPU time (user + system, from its rusage) is added to the
-// result.
+// result. The child is killed at runDeadline of its warm-up and duration, or
+// as soon as ctx ends (the broker watch ends it when the broker stops).
 func childRun(ctx context.Context, kind string, o options, topic string, size, records int, interval time.Duration) (result, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return result{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	limit := runDeadline(o.warmup, o.duration)
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	prof := ""
 	if o.profileDir != "" {
@@ -192,7 +194,11 @@ func childRun(ctx context.Context, kind string, o options, topic string, size, r
 	if len(o.childEnv) > 0 {
 		cmd.Env = append(os.Environ(), o.childEnv...)
 	}
+	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
+		if err := runErr(ctx, kind, limit); err != nil {
+			return result{}, fmt.Errorf("%w; its last lines: %s", err, lastLines(stderr.String(), 5))
+		}
 		return result{}, fmt.Errorf("%s: %v: %s", kind, err, lastLines(stderr.String(), 15))
 	}
 	for _, line := range strings.Split(stdout.String(), "\n") {

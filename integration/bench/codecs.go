@@ -33,12 +33,11 @@ func (b *bench) codecRows(ctx context.Context) ([]*cell, error) {
 			for i := range b.o.codecs {
 				codec := b.o.codecs[(i+r)%len(b.o.codecs)]
 				res, err := b.codecOne(ctx, c, codec, r)
-				c.record(codecName(codec), r, b.o.runs, res, err)
 				if err == nil {
 					logf("round %d %s %s: %.1f bytes on the broker per record", r+1, codecName(codec), sizeLabel(size), float64(res.LogBytes)/float64(res.Total))
 				}
-				if ctx.Err() != nil {
-					return cells, ctx.Err()
+				if err := b.done(ctx, c, codecName(codec), r, res, err); err != nil {
+					return cells, err
 				}
 			}
 		}

@@ -36,13 +36,14 @@ func repoRoot() (string, error) {
 // tool runs one of Kafka's tools through integration/kafka/tool.sh with the
 // JVM flags heap (KAFKA_TOOL_HEAP; tool.sh's default when empty) and returns
 // its stdout and the CPU seconds of the JVM (tool.sh execs it: the child's
-// rusage is the JVM's).
-func tool(ctx context.Context, heap, class string, args ...string) (string, float64, error) {
+// rusage is the JVM's). The tool is killed after limit (runDeadline of the
+// run it stands for) or as soon as ctx ends.
+func tool(ctx context.Context, limit time.Duration, heap, class string, args ...string) (string, float64, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return "", 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, "integration/kafka/tool.sh"), class}, args...)...)
 	cmd.WaitDelay = 10 * time.Second
@@ -52,6 +53,9 @@ func tool(ctx context.Context, heap, class string, args ...string) (string, floa
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if err := runErr(ctx, class, limit); err != nil {
+			return stdout.String(), 0, fmt.Errorf("%w; its last lines: %s", err, lastLines(stderr.String()+stdout.String(), 5))
+		}
 		return stdout.String(), 0, fmt.Errorf("%s: %v: %s", class, err, lastLines(stderr.String()+stdout.String(), 15))
 	}
 	return stdout.String(), cpuSeconds(cmd.ProcessState), nil
@@ -79,7 +83,7 @@ var ppTunedProps = []string{"batch.size=1048576", "linger.ms=5", "buffer.memory=
 // bytes the Go contenders send: with --record-size the tool would fill a fresh
 // random payload for every record (generateRandomPayload), CPU the Go
 // contenders do not spend.
-func runProducerPerf(ctx context.Context, k ppKind, brokers, topic string, records, warmup, size int, interval time.Duration, dir string) (result, error) {
+func runProducerPerf(ctx context.Context, limit time.Duration, k ppKind, brokers, topic string, records, warmup, size int, interval time.Duration, dir string) (result, error) {
 	file := filepath.Join(dir, fmt.Sprintf("payload-%d", size))
 	if err := os.WriteFile(file, payload(size), 0o644); err != nil {
 		return result{}, err
@@ -99,7 +103,7 @@ func runProducerPerf(ctx context.Context, k ppKind, brokers, topic string, recor
 		args = append(args, "--transactional-id", "bench-pp-"+topic,
 			"--transaction-duration-ms", strconv.FormatInt(interval.Milliseconds(), 10))
 	}
-	out, cpu, err := tool(ctx, heap, "ProducerPerformance", args...)
+	out, cpu, err := tool(ctx, limit, heap, "ProducerPerformance", args...)
 	if err != nil {
 		return result{}, err
 	}
@@ -142,12 +146,12 @@ func parseProducerPerf(out string) (result, error) {
 // (fetch.nMsg.sec) runs from the group's assignment to the last record: its
 // offset lookup and first fetch are in it, as the Go readers' connection and
 // first fetch are in theirs.
-func runConsumerPerf(ctx context.Context, brokers, topic string, records int, dir string) (result, error) {
+func runConsumerPerf(ctx context.Context, limit time.Duration, brokers, topic string, records int, dir string) (result, error) {
 	conf := filepath.Join(dir, "read_committed.properties")
 	if err := os.WriteFile(conf, []byte("isolation.level=read_committed\n"), 0o644); err != nil {
 		return result{}, err
 	}
-	out, cpu, err := tool(ctx, "-Xmx512m", "ConsumerPerformance",
+	out, cpu, err := tool(ctx, limit, "-Xmx512m", "ConsumerPerformance",
 		"--bootstrap-server", brokers, "--topic", topic, "--num-records", strconv.Itoa(records),
 		"--command-config", conf, "--timeout", "30000", "--group", "bench-cp-"+topic+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	if err != nil {

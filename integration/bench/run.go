@@ -99,6 +99,8 @@ type bench struct {
 	est map[string]float64
 	// fillRate is the records/s of the last fill of a consume topic.
 	fillRate float64
+	// proc is the broker this run started (nil with -brokers).
+	proc *brokerProc
 }
 
 func (b *bench) estKey(name string, size int) string { return fmt.Sprintf("%s/%d", name, size) }
@@ -113,7 +115,11 @@ func run(ctx context.Context, o options) error {
 	if o.brokers != "" {
 		kafka = "the broker at -brokers " + o.brokers
 	}
+	var proc *brokerProc
 	if o.brokers == "" {
+		if err := preflight(o, stateRoot()); err != nil {
+			return err
+		}
 		addr, err := brokerUp(ctx, root, o.brokerName)
 		if err != nil {
 			return err
@@ -122,6 +128,19 @@ func run(ctx context.Context, o options) error {
 		if !o.keep {
 			defer brokerDown(root, o.brokerName)
 		}
+		if proc, err = openBrokerProc(o.brokerName); err != nil {
+			return err
+		}
+	}
+	// Registered after brokerDown, so it runs first: the watch ends
+	// before the broker is stopped.
+	ctx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	var disk *diskSampler
+	if proc != nil {
+		go proc.watch(ctx, cancelRun)
+		disk = startDiskSampler(proc.dataDir())
+		defer func() { logf("%s", disk.stop()) }()
 	}
 	logf("broker %s", o.brokers)
 	if o.profileDir != "" {
@@ -139,7 +158,12 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	b := &bench{o: o, adm: kadm.NewClient(cl), cl: cl, tmp: tmp, stamp: time.Now().Format("150405"), est: map[string]float64{}}
+	b := &bench{o: o, adm: kadm.NewClient(cl), cl: cl, tmp: tmp, stamp: time.Now().Format("150405"), est: map[string]float64{}, proc: proc}
+	if proc != nil {
+		if err := fastDelete(ctx, b.adm); err != nil {
+			return err
+		}
+	}
 
 	loads := startLoadSampler()
 	if len(o.codecs) > 0 {
@@ -203,6 +227,9 @@ func run(ctx context.Context, o options) error {
 	if l := loads.stop(); l != "" {
 		rep.machine = append(rep.machine, l)
 	}
+	if disk != nil {
+		rep.machine = append(rep.machine, disk.stop())
+	}
 	md := rep.markdown()
 	fmt.Println(md)
 	if o.plot != "" {
@@ -245,16 +272,14 @@ func (b *bench) produceRound(ctx context.Context, c *cell, r int) error {
 			continue
 		}
 		res, err := b.produceOne(ctx, name, c, r, 0)
-		c.record(name, r, o.runs, res, err)
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if err := b.done(ctx, c, name, r, res, err); err != nil {
+			return err
 		}
 		if name == cEOS && err == nil && o.runsIn(cCadence, r) && res.Epochs > 0 {
 			iv := time.Duration(res.Seconds / float64(res.Epochs) * float64(time.Second))
 			res2, err := b.produceOne(ctx, cCadence, c, r, iv)
-			c.record(cCadence, r, o.runs, res2, err)
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if err := b.done(ctx, c, cCadence, r, res2, err); err != nil {
+				return err
 			}
 		}
 	}
@@ -335,7 +360,7 @@ func (b *bench) produceRun(ctx context.Context, name, topic string, size int, iv
 		}
 		warm := int(est * o.warmup.Seconds())
 		n := warm + int(est*o.duration.Seconds()*1.05)
-		return runProducerPerf(ctx, k, o.brokers, topic, n, warm, size, iv, b.tmp)
+		return runProducerPerf(ctx, runDeadline(o.warmup, o.duration), k, o.brokers, topic, n, warm, size, iv, b.tmp)
 	}
 	return result{}, fmt.Errorf("unknown contender %q", name)
 }
@@ -381,9 +406,8 @@ func (b *bench) consumeRows(ctx context.Context, size int) (*cell, *cell, error)
 						return cc, cp, err
 					}
 				}
-				cc.record(name, r, o.runs, res, err)
-				if ctx.Err() != nil {
-					return cc, cp, ctx.Err()
+				if err := b.done(ctx, cc, name, r, res, err); err != nil {
+					return cc, cp, err
 				}
 			}
 		}
@@ -403,9 +427,8 @@ func (b *bench) consumeRows(ctx context.Context, size int) (*cell, *cell, error)
 					continue
 				}
 				res, err := b.copyOne(ctx, name, topic, size, r)
-				cp.record(name, r, o.runs, res, err)
-				if ctx.Err() != nil {
-					return cc, cp, ctx.Err()
+				if err := b.done(ctx, cp, name, r, res, err); err != nil {
+					return cc, cp, err
 				}
 			}
 		}
@@ -508,7 +531,7 @@ func (b *bench) consumerPerf(ctx context.Context, topic string, size int, availa
 	}
 	for attempt := 0; ; attempt++ {
 		n := min(int64(est*o.duration.Seconds()*1.05), available)
-		res, err := runConsumerPerf(ctx, o.brokers, topic, int(n), b.tmp)
+		res, err := runConsumerPerf(ctx, runDeadline(0, o.duration), o.brokers, topic, int(n), b.tmp)
 		if err != nil {
 			return res, err
 		}
@@ -625,24 +648,48 @@ func (b *bench) runSaturation(ctx context.Context) ([]*satCell, error) {
 				sc.rounds[r] = &res
 				logf("round %d %s: %.0f records/s, peak buffered %d MiB, VmHWM %d MiB", r+1, label, res.RecordsPerSec(), res.BufferedPeak>>20, res.RSS>>20)
 			}
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+			if fatal(err) {
+				return nil, fmt.Errorf("round %d %s: %w", r+1, label, err)
+			}
+			if err := b.between(ctx); err != nil {
+				return nil, fmt.Errorf("after round %d %s: %w", r+1, label, err)
 			}
 		}
 	}
 	return out, nil
 }
 
+// label names round round of contender name in this row, as the log and the
+// errors do.
+func (c *cell) label(name string, round int) string {
+	label := fmt.Sprintf("round %d %s, %s %d B", round+1, name, c.kind, c.size)
+	if c.interval > 0 {
+		label += ", " + c.interval.String()
+	}
+	return label
+}
+
+// done records a run of contender name and checks the run may go on: the
+// error of a run killed at its deadline or on a stopped broker, or of a
+// broker found stopped after the run, ends the whole run, naming the row.
+func (b *bench) done(ctx context.Context, c *cell, name string, round int, res result, err error) error {
+	c.record(name, round, b.o.runs, res, err)
+	if fatal(err) {
+		return fmt.Errorf("%s: %w", c.label(name, round), err)
+	}
+	if err := b.between(ctx); err != nil {
+		return fmt.Errorf("after %s: %w", c.label(name, round), err)
+	}
+	return nil
+}
+
 func (c *cell) record(name string, round, runs int, res result, err error) {
 	if c.rounds[name] == nil {
 		c.rounds[name] = make([]*result, runs)
 	}
-	label := fmt.Sprintf("%s, %s %d B", name, c.kind, c.size)
-	if c.interval > 0 {
-		label += ", " + c.interval.String()
-	}
+	label := c.label(name, round)
 	if err != nil {
-		msg := fmt.Sprintf("round %d %s: %v", round+1, label, err)
+		msg := fmt.Sprintf("%s: %v", label, err)
 		c.errs = append(c.errs, msg)
 		logf("FAILED %s", msg)
 		return
@@ -655,7 +702,7 @@ func (c *cell) record(name string, round, runs int, res result, err error) {
 	if res.CommitP50 > 0 {
 		extra += fmt.Sprintf(", commit p50/p99 %s/%s ms", fmtMs(res.CommitP50), fmtMs(res.CommitP99))
 	}
-	logf("round %d %s: %.0f records/s (%.1f MB/s) over %.1fs, %.2f CPU s per M records%s", round+1, label, res.RecordsPerSec(), res.MBPerSec(c.size), res.Seconds, res.CPUPerMillion(), extra)
+	logf("%s: %.0f records/s (%.1f MB/s) over %.1fs, %.2f CPU s per M records%s", label, res.RecordsPerSec(), res.MBPerSec(c.size), res.Seconds, res.CPUPerMillion(), extra)
 }
 
 // selected says whether -only lets contender name run.
