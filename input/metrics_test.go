@@ -279,9 +279,9 @@ kafka_native:
 
 // TestBufferedBytesGauge: kafka_native_buffered_bytes is what
 // max_buffered_bytes bounds, the bytes handed to the pipeline and not yet
-// acknowledged (key + value + 512 per record): while the output holds the
-// first batches it is a positive multiple of one record's 516 bytes, and once
-// they are acknowledged it returns to 0.
+// acknowledged (key + value + 1000 per record, heldBytes): while the output
+// holds the first batches it is a positive multiple of one record's 1004
+// bytes, and once they are acknowledged it returns to 0.
 func TestBufferedBytesGauge(t *testing.T) {
 	e := newKfakeEnv(t)
 	topic := e.topic(t, 1)
@@ -304,7 +304,7 @@ kafka_native:
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	const key = "kafka_native_buffered_bytes{,root.input}"
-	const perRecord = 512 + 4
+	const perRecord = messageOverhead + 4
 	waitFor(t, 30*time.Second, func() string {
 		if v, _ := capture.get(key); v <= 0 || v%perRecord != 0 || v > 10*perRecord {
 			return fmt.Sprintf("buffered bytes %d while the output holds the first batch", v)

@@ -209,9 +209,10 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 	var (
 		msgs  service.MessageBatch
 		rows  []*kgo.Record // format: arrow: the records of the next Arrow message
-		bytes int64
-		last  int64 = -1
-		gone  bool  // the tracking is no longer id
+		bytes int64         // the batch's keys and values (max_batch_bytes)
+		held  int64         // what the batch takes on the heap (heldBytes)
+		last  int64         = -1
+		gone  bool          // the tracking is no longer id
 	)
 	arrow := f.enc != nil
 	// The topic and partition as metadata values, boxed once for the
@@ -231,10 +232,8 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 			msgs, emitted = service.MessageBatch{msg}, int64(len(rows))
 		}
 		pending := len(msgs) > 0
-		// What the batch holds in memory until acknowledged: its keys
-		// and values and, per record, the message (or Arrow row) around
-		// them.
-		held := bytes + emitted*recordOverhead(arrow)
+		// What the batch holds on the heap until acknowledged: the sum
+		// of heldBytes over its records.
 		if !pending {
 			held = 0
 		}
@@ -258,7 +257,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 				return false
 			}
 		}
-		msgs, rows, bytes, last = nil, rows[:0], 0, -1
+		msgs, rows, bytes, held, last = nil, rows[:0], 0, 0, -1
 		return true
 	}
 	// kafka_native_bytes_in counts the fetched records below the stop as
@@ -316,6 +315,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 			msgs = append(msgs, f.toMessage(r, &pm))
 		}
 		bytes += size
+		held += heldBytes(r, arrow, f.keepRecords)
 	}
 	return flush(last)
 }
@@ -391,15 +391,56 @@ func (f *fetchLoop) toArrowMessage(p tp, rows []*kgo.Record) (*service.Message, 
 	return handover.MarkArrow(msg), nil
 }
 
-// recordOverhead is what the input counts, besides its key and value, for a
-// record handed to the pipeline and not yet acknowledged: the Benthos message
-// around it and its metadata (about 500 bytes on the heap), or its share of an
-// Arrow message's offsets, validity bits and row fields.
-func recordOverhead(arrow bool) int64 {
+// What a record handed to the pipeline and not yet acknowledged takes on the
+// heap besides its key, value and headers, measured by BenchmarkHeapPerRecord
+// (and held to by TestBufferedBytesTrackHeap): 150,000 records held by an
+// output that acknowledges nothing, the heap after a collection.
+const (
+	// messageOverhead is a message's: the Benthos message and its
+	// metadata map with the kafka_* keys (the key copied into it), the
+	// transaction and sort group Benthos wraps a batch in, the span that
+	// acknowledges it, and the record's framing in the consumer's fetch
+	// buffer, which its value references. Measured: 1,000 bytes (100-byte and 1 KiB values).
+	messageOverhead = 1000
+	// headerOverhead is a header's, as a message's metadata: its value
+	// copied into a string, its map entry and the map's growth. Measured:
+	// 160-165 bytes per 25-byte header (4 headers), its key and value
+	// included.
+	headerOverhead = 144
+	// keptRecordOverhead is the consumer's record a message carries for a
+	// kafka_eos output in mirror mode (handover.WithRecord): the kgo.Record
+	// and the context that carries it. From their sizes, not measured.
+	keptRecordOverhead = 320
+	// rowOverhead is an Arrow row's share of its message's body besides
+	// its key and value bytes: offset, timestamp, the offsets of its key,
+	// value and headers, validity bits and the body's spare capacity.
+	// Measured: about 40 bytes (the body is 145 bytes per 100-byte row).
+	rowOverhead = 48
+	// rowHeaderOverhead is a header's in an Arrow row, besides its key and
+	// value: its offsets in the headers' key and value columns.
+	rowHeaderOverhead = 16
+)
+
+// heldBytes is what the input counts (max_buffered_bytes,
+// kafka_native_buffered_bytes) for record r handed to the pipeline and not
+// yet acknowledged: what it takes on the heap, as a message (with the
+// consumer's record kept for mirror mode) or as a row of an Arrow message.
+func heldBytes(r *kgo.Record, arrow, keep bool) int64 {
+	n := int64(len(r.Key) + len(r.Value))
+	per := int64(headerOverhead)
 	if arrow {
-		return 32
+		n += rowOverhead
+		per = rowHeaderOverhead
+	} else {
+		n += messageOverhead
+		if keep {
+			n += keptRecordOverhead
+		}
 	}
-	return 512
+	for _, h := range r.Headers {
+		n += int64(len(h.Key)+len(h.Value)) + per
+	}
+	return n
 }
 
 // flowControl pauses finished partitions (so kgo stops fetching past their

@@ -703,8 +703,8 @@ fetch_max_partition_bytes: 1
 	var acks []func()
 	var gs []got
 	// Read without acking: the partition is paused once more than 1024
-	// bytes are unacknowledged (each record counts its value and 512
-	// bytes for its message: two records).
+	// bytes are unacknowledged (each record counts its key and value and
+	// 1000 bytes for its message: two records).
 	for len(gs) < 2 {
 		b, ack, err := h.in.ReadBatch(ctx)
 		require.NoError(t, err)
@@ -744,7 +744,7 @@ topics: [ %s ]
 stop_offset: latest
 max_batch_records: 1
 max_buffered_bytes_per_partition: 1MiB
-max_buffered_bytes: 2000
+max_buffered_bytes: 3500
 fetch_max_partition_bytes: 1
 `, topic))
 	h.mustConnect()
@@ -752,8 +752,8 @@ fetch_max_partition_bytes: 1
 	defer cancel()
 	var acks []func()
 	var gs []got
-	// Read without acking: four records (4 x (512 + value)) pass 2000
-	// bytes, after which every partition is paused.
+	// Read without acking: four records (4 x (1000 + key and value: 5
+	// bytes)) pass 3500 bytes, after which every partition is paused.
 	for len(gs) < 4 {
 		b, ack, err := h.in.ReadBatch(ctx)
 		require.NoError(t, err)

@@ -25,18 +25,18 @@
 //     a parsed JSON document is several times its bytes, split, unarchive and
 //     decompress make more of it, caches and branches hold copies).
 //
-// The limit's size: the input's count is not the heap. It counts 512 bytes
-// per record for the message around it, where a record held unacknowledged
-// took up to 3 KiB more than its key and value on the heap (HeapPerRecord).
-// So the budget bounds the heap only to within a factor, and a limit of the
-// budget plus Headroom could be below the live data once the budget is what
-// binds. The batches in flight bound the heap too: (max_in_flight +
-// InFlightExtra) x (max_batch_bytes + max_batch_records x HeapPerRecord), at
-// the defaults 74 x 4 MiB = 296 MiB. The limit is the larger of the two bounds
-// plus Headroom: 360 MiB at the defaults, the input's budget + 64 MiB where
-// that is larger, so that the live data stays below the limit whatever the
-// record sizes. Not with output batching, which makes batches the input's
-// caps do not size.
+// The limit's size: the input counts a record as what it takes on the heap
+// (its key, value and headers, and about 1 KiB for the Benthos message around
+// it: input's TestBufferedBytesTrackHeap holds that count within a factor of
+// 1.5 of the heap measured), but not what the output adds per record while
+// its epoch is open (a kgo.Record and its share of the produce promise). So
+// the batches in flight bound the heap too: (max_in_flight + InFlightExtra)
+// x (max_batch_bytes + max_batch_records x HeapPerRecord), at the defaults
+// 74 x 2.25 MiB = 166.5 MiB. The limit is the larger of the two bounds plus
+// Headroom: 320 MiB at the defaults, the batches in flight + 64 MiB where
+// they are larger than the budget, so that the live data stays below the
+// limit whatever the record sizes. Not with output batching, which makes
+// batches the input's caps do not size.
 //
 // Any other pipeline gets no limit, with the reason logged: its live data is
 // bounded by max_in_flight x the bytes of a batch, which no budget in the
@@ -80,12 +80,12 @@ const (
 )
 
 // HeapPerRecord is what a record in flight takes on the heap besides its key
-// and value (the Benthos message, its metadata, the consumer's record and what
-// tracks them): input's BenchmarkHeapPerRecord measured 2.7-3.5 KiB on Apache
-// Kafka with 1 KiB and 100-byte values (upper bounds: everything the process
-// allocated and kept while it held them). The output's records reference the
-// same bytes.
-const HeapPerRecord = 3 << 10
+// and value: the Benthos message and its metadata (input's
+// BenchmarkHeapPerRecord measured about 1,000 bytes on kfake with 100-byte
+// and 1 KiB values, no headers) and the output's kgo.Record for it (160
+// bytes) with its share of the produce promise: about 256 bytes from their
+// sizes, not measured. The output's records reference the messages' bytes.
+const HeapPerRecord = 1280
 
 // InFlightExtra is the batches besides max_in_flight that can be in flight:
 // the up to 8 more Benthos hands a Kafka-to-Kafka output, and those between
@@ -169,7 +169,7 @@ func Derive(input, buffer, pipeline, output any) Decision {
 	heap := (inFlight + InFlightExtra) * (batchBytes + records*HeapPerRecord)
 	if heap > budget {
 		limit := max(heap+Headroom, MinLimit)
-		return Decision{Limit: limit, Reason: fmt.Sprintf("the batches in flight as the heap holds them, (max_in_flight %d + %d) x (max_batch_bytes %s + max_batch_records %d x %d bytes) = %s, + %s: above kafka_native's max_buffered_bytes (%s), which counts 512 bytes per record and so bounds the heap only to within a factor",
+		return Decision{Limit: limit, Reason: fmt.Sprintf("the batches in flight as the heap holds them, (max_in_flight %d + %d) x (max_batch_bytes %s + max_batch_records %d x %d bytes) = %s, + %s: above kafka_native's max_buffered_bytes (%s), which counts what the input's messages take on the heap but not the output's records",
 			inFlight, InFlightExtra, mib(batchBytes), records, HeapPerRecord, mib(heap), mib(Headroom), mib(budget))}
 	}
 	limit := max(budget+Headroom, MinLimit)
