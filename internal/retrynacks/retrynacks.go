@@ -1,167 +1,292 @@
 // Package retrynacks replays the rejected messages of a batch input, as
-// Benthos' service.AutoRetryNacksBatched does, without losing any.
+// Benthos' service.AutoRetryNacksBatched does, without losing any, in the
+// order they were read, and after a short growing wait.
 //
-// AutoRetryNacksBatched keeps a rejected batch and replays it; when the
-// rejection is a service.BatchError naming the failed messages, it keeps only
-// those (it narrows the batch). It finds a failed message by its index in the
-// batch as first read, and takes that index in the batch it keeps. Once a
-// batch was narrowed, the two differ: a second BatchError on the narrowed
-// batch keeps the wrong messages and drops others, and when the replay is
-// acknowledged the input acknowledges the whole batch as first read, the
-// dropped messages with it, though they never reached an output (acknowledged
-// but never written). A dead-letter route makes this ordinary: it takes an
-// unwritable message (the first narrowing) and rejects the others, which the
-// output may reject again as a BatchError (it refused the replay whole, or a
-// second unwritable message of the batch was taken by the route this time).
+// Wrap keeps a rejected batch and replays it until it is acknowledged; when
+// the rejection is a service.BatchError naming failed messages, the replay
+// holds only those (it narrows the batch), found by an index taken of the
+// batch each time it is handed out: the narrowing keeps every failed message
+// and no other, however often a batch is narrowed. A message a dead-letter
+// route took is not replayed (it would come back to the output as sent back,
+// which stops the output), and a rejected one is never dropped. The input's
+// acknowledgement of a batch is called once, when a replay of it (or the
+// batch itself) is acknowledged.
 //
-// Wrap remembers each rejected batch as first handed out (its messages carry
-// the replay list's index of them), indexes every replay it hands out, and
-// hands the replay list a BatchError on a replay that names, by their index as
-// first handed out, exactly the messages of that replay that failed: the
-// narrowing keeps every failed message and no other, however often a batch is
-// narrowed. A message a route took is not replayed (it would come back to the
-// output as sent back, which stops the output), and a rejected one is never
-// dropped. A batch acknowledged the first time costs nothing more.
+// It replaces Benthos' list for three faults of it (benthos v4.76.0):
+//   - A BatchError over a narrowed replay is mapped by each message's index in
+//     the batch as first read, taken in the replay: the wrong messages are
+//     kept, one is dropped and then acknowledged with its batch, never
+//     written.
+//   - Rejected batches are replayed in the order they were rejected. An epoch
+//     aborted behind a dead-letter route rejects its batches through the route,
+//     shuffled; output batching then merged scattered replays, of which one
+//     continued its partition's run in a Kafka-to-Kafka copy, the rest were
+//     rejected again, and the copy crawled. Wrap replays the rejected batches
+//     that are due in the order they were read (per partition, source order).
+//   - From a batch's third replay on, the list sleeps a backoff meant to start
+//     at a millisecond that starts at half a second (set after the backoff was
+//     reset), with its lock held, acknowledgements included. Wrap waits
+//     replayDelay (a millisecond, doubling, at most maxReplayDelay) per batch
+//     without holding anything: other batches, new reads and
+//     acknowledgements go on meanwhile.
+//
+// A rejected batch that is due is handed out before a new read; a new read is
+// handed out while the rejected batches wait. A batch acknowledged the first
+// time costs an index and a copy of the batch, as in Benthos.
 package retrynacks
 
 import (
 	"context"
 	"errors"
-	"reflect"
 	"sync"
+	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
 )
 
-// Wrap returns in wrapped in service.AutoRetryNacksBatched, with every
-// rejected message of a narrowed replay replayed and no other (see the
+// maxReplayDelay caps the wait before a replay of a batch rejected over and
+// over (a message no output takes is retried once a second).
+const maxReplayDelay = time.Second
+
+// replayDelay is the wait before the replay that follows the n-th rejection
+// of a batch (n from 1): a millisecond, doubled each time, at most
+// maxReplayDelay. The first wait also lets the rejections of an epoch's
+// batches, arriving together, be replayed in the order read.
+func replayDelay(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	if n > 11 { // 1ms << 10 is past the cap
+		return maxReplayDelay
+	}
+	return min(time.Millisecond<<(n-1), maxReplayDelay)
+}
+
+// Wrap returns in with every rejected message replayed, narrowed to the
+// messages a batch error names, in the order read, with backoff (see the
 // package comment).
 func Wrap(in service.BatchInput) service.BatchInput {
-	return &narrowSafe{BatchInput: service.AutoRetryNacksBatched(in), rejected: map[context.Context]*origin{}}
+	readCtx, readDone := context.WithCancel(context.Background())
+	return &list{in: in, wake: make(chan struct{}), readCtx: readCtx, readDone: readDone}
 }
 
-// narrowSafe maps the BatchError of every replay it hands out to the
-// messages of that replay, for the replay list.
-type narrowSafe struct {
-	service.BatchInput
+// list is the replay list: the batches rejected and waiting, a read done
+// and not handed out, and a count of the batches handed out and not yet
+// acknowledged or rejected.
+type list struct {
+	in service.BatchInput
 
 	mu sync.Mutex
-	// rejected finds the batch a replay is of: the context of each message
-	// of a rejected batch, as first handed out (the list's copies of a
-	// message share it), until a replay of it is acknowledged.
-	rejected map[context.Context]*origin
+	// wake is closed and replaced whenever a batch is rejected or
+	// acknowledged, or a read ends.
+	wake chan struct{}
+	// seq numbers the batches in the order read.
+	seq uint64
+	// waiting holds the rejected batches, by seq.
+	waiting []*pending
+	// out counts the batches handed out and not yet acknowledged or
+	// rejected.
+	out int
+	// read is a read done and not handed out yet; reading: a read runs.
+	read    *readResult
+	reading bool
+	// ended: the input returned service.ErrEndOfInput; only the rejected
+	// batches are handed out, then ErrEndOfInput.
+	ended bool
+
+	readCtx  context.Context // reads outlive a ReadBatch call; cancelled by Close
+	readDone func()
 }
 
-// origin is a rejected batch as the replay list first handed it out: the
-// context of its message i carries the list's tag of index i, which is what
-// a BatchError handed to the list must name.
-type origin struct {
-	first []context.Context
+// pending is a batch read from the input: the messages still to write (as
+// read, without any index), the input's acknowledgement, and when it was
+// rejected, how often and when it is due again.
+type pending struct {
+	seq      uint64
+	msgs     service.MessageBatch
+	ack      service.AckFunc
+	rejected int
+	due      time.Time
 }
 
-func (n *narrowSafe) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
-	b, ack, err := n.BatchInput.ReadBatch(ctx)
-	if err != nil || len(b) == 0 {
-		return b, ack, err
-	}
-	o := n.originOf(b[0])
-	if o == nil {
-		// Handed out the first time (whole, in the order read): the
-		// list maps its BatchError right.
-		return b, func(ctx context.Context, err error) error {
-			if err != nil {
-				// Before the list has it for a replay.
-				n.remember(b)
-			}
-			return ack(ctx, err)
-		}, nil
-	}
-	// A replay: index it as handed out, so that a BatchError over whatever
-	// the pipeline made of it names its messages by their index here.
-	ix := b.Index()
-	size := len(b)
-	return b, func(ctx context.Context, err error) error {
-		if err == nil {
-			n.forget(o)
+type readResult struct {
+	b   service.MessageBatch
+	ack service.AckFunc
+	err error
+}
+
+func (l *list) Connect(ctx context.Context) error {
+	err := l.in.Connect(ctx)
+	if errors.Is(err, service.ErrEndOfInput) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.out > 0 || len(l.waiting) > 0 {
+			// Ended, with batches to replay: they are read.
+			l.ended = true
+			return nil
 		}
-		return ack(ctx, o.remap(ix, size, err))
+	}
+	return err
+}
+
+func (l *list) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	for {
+		l.mu.Lock()
+		now := time.Now()
+		if p := l.dueLocked(now); p != nil {
+			l.out++
+			l.mu.Unlock()
+			return l.handOut(p)
+		}
+		if r := l.read; r != nil {
+			l.read = nil
+			if r.err == nil {
+				p := &pending{seq: l.seq, msgs: r.b, ack: r.ack}
+				l.seq++
+				l.out++
+				l.mu.Unlock()
+				return l.handOut(p)
+			}
+			if errors.Is(r.err, service.ErrEndOfInput) {
+				l.ended = true
+				l.mu.Unlock()
+				continue
+			}
+			l.mu.Unlock()
+			return nil, nil, r.err
+		}
+		if l.ended && l.out == 0 && len(l.waiting) == 0 {
+			l.mu.Unlock()
+			return nil, nil, service.ErrEndOfInput
+		}
+		if !l.ended && !l.reading {
+			l.reading = true
+			go l.readOne()
+		}
+		wake := l.wake
+		var timer *time.Timer
+		var timeout <-chan time.Time
+		if len(l.waiting) > 0 {
+			next := l.waiting[0].due
+			for _, p := range l.waiting[1:] {
+				if p.due.Before(next) {
+					next = p.due
+				}
+			}
+			timer = time.NewTimer(next.Sub(now))
+			timeout = timer.C
+		}
+		l.mu.Unlock()
+		select {
+		case <-wake:
+		case <-timeout:
+		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// dueLocked removes and returns the first batch read of the rejected ones
+// that are due at now, or nil.
+func (l *list) dueLocked(now time.Time) *pending {
+	for i, p := range l.waiting {
+		if !p.due.After(now) {
+			l.waiting = append(l.waiting[:i], l.waiting[i+1:]...)
+			return p
+		}
+	}
+	return nil
+}
+
+// readOne reads a batch from the input for the next ReadBatch.
+func (l *list) readOne() {
+	b, ack, err := l.in.ReadBatch(l.readCtx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reading = false
+	l.read = &readResult{b: b, ack: ack, err: err}
+	l.wakeLocked()
+}
+
+func (l *list) wakeLocked() {
+	close(l.wake)
+	l.wake = make(chan struct{})
+}
+
+// handOut returns a copy of p's messages, indexed, with an acknowledgement
+// that acknowledges the input's batch or keeps p for a replay of the
+// messages the rejection names.
+func (l *list) handOut(p *pending) (service.MessageBatch, service.AckFunc, error) {
+	b := p.msgs.Copy()
+	ix := b.Index()
+	var once sync.Once
+	return b, func(ctx context.Context, err error) (out error) {
+		once.Do(func() {
+			if err == nil {
+				l.mu.Lock()
+				l.out--
+				l.wakeLocked()
+				l.mu.Unlock()
+				out = p.ack(ctx, nil)
+				return
+			}
+			p.msgs = narrow(p.msgs, ix, err)
+			p.rejected++
+			p.due = time.Now().Add(replayDelay(p.rejected))
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.out--
+			i := len(l.waiting)
+			for i > 0 && l.waiting[i-1].seq > p.seq {
+				i--
+			}
+			l.waiting = append(l.waiting, nil)
+			copy(l.waiting[i+1:], l.waiting[i:])
+			l.waiting[i] = p
+			l.wakeLocked()
+		})
+		return out
 	}, nil
 }
 
-func (n *narrowSafe) originOf(m *service.Message) *origin {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if len(n.rejected) == 0 {
-		return nil
-	}
-	c := m.Context()
-	if !keyable(c) {
-		return nil
-	}
-	return n.rejected[c]
-}
-
-// remember records b, rejected the first time it was handed out.
-func (n *narrowSafe) remember(b service.MessageBatch) {
-	o := &origin{first: make([]context.Context, len(b))}
-	for i, m := range b {
-		o.first[i] = m.Context()
-		if !keyable(o.first[i]) {
-			// Not found again: its replays are the list's alone.
-			return
-		}
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, c := range o.first {
-		n.rejected[c] = o
-	}
-}
-
-func (n *narrowSafe) forget(o *origin) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, c := range o.first {
-		delete(n.rejected, c)
-	}
-}
-
-// keyable reports whether c can be a map key (the list tags every message
-// with context.WithValue, a pointer).
-func keyable(c context.Context) bool {
-	return c != nil && reflect.TypeOf(c).Comparable()
-}
-
-// remap returns err for the replay list: a BatchError is replaced by one over
-// the batch as first handed out whose failed indexes are the indexes, in the
-// replay handed out (size messages, indexed by ix), of its failed messages;
-// the list takes its index i in the batch it keeps, which is that replay. Any
-// other error, or a BatchError naming none of these messages (the list then
-// replays the batch whole), is returned as it is.
-func (o *origin) remap(ix *service.Indexer, size int, err error) error {
+// narrow returns the messages of msgs that err names as failed, in their
+// order, each once, when err is a service.BatchError naming any of them by
+// the index ix took of the batch handed out (a copy of msgs; the batch error
+// may be over whatever the pipeline made of it: an output batch holding
+// other batches' messages, in another order, some twice); otherwise msgs,
+// replayed whole.
+func narrow(msgs service.MessageBatch, ix *service.Indexer, err error) service.MessageBatch {
 	var berr *service.BatchError
-	if err == nil || !errors.As(err, &berr) || berr.IndexedErrors() == 0 {
-		return err
+	if !errors.As(err, &berr) || berr.IndexedErrors() == 0 {
+		return msgs
 	}
-	failed := map[int]error{}
+	failed := make([]bool, len(msgs))
+	some := false
 	berr.WalkMessagesIndexedBy(ix, func(i int, _ *service.Message, e error) bool {
-		if e != nil && i >= 0 && i < size {
-			if _, ok := failed[i]; !ok {
-				failed[i] = e
-			}
+		if e != nil && i >= 0 && i < len(msgs) {
+			failed[i] = true
+			some = true
 		}
 		return true
 	})
-	if len(failed) == 0 {
-		return err
+	if !some {
+		return msgs
 	}
-	first := make(service.MessageBatch, len(o.first))
-	for i, c := range o.first {
-		first[i] = service.NewMessage(nil).WithContext(c)
+	kept := make(service.MessageBatch, 0, len(msgs))
+	for i, m := range msgs {
+		if failed[i] {
+			kept = append(kept, m)
+		}
 	}
-	out := service.NewBatchError(first, errors.New(err.Error()))
-	for i, e := range failed {
-		out = out.Failed(i, e)
-	}
-	return out
+	return kept
+}
+
+func (l *list) Close(ctx context.Context) error {
+	l.readDone()
+	return l.in.Close(ctx)
 }

@@ -310,3 +310,153 @@ func BenchmarkFirstRead(b *testing.B) {
 		})
 	}
 }
+
+// batches reads one-message batches b0, b1, ... (n of them), then blocks; it
+// records the acknowledgement of each.
+type batches struct {
+	n    int
+	mu   sync.Mutex
+	next int
+	acks map[string]error
+}
+
+func (s *batches) Connect(context.Context) error { return nil }
+
+func (s *batches) ReadBatch(ctx context.Context) (service.MessageBatch, service.AckFunc, error) {
+	s.mu.Lock()
+	i := s.next
+	if i < s.n {
+		s.next++
+	}
+	s.mu.Unlock()
+	if i >= s.n {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	}
+	v := "b" + string(rune('0'+i))
+	return service.MessageBatch{service.NewMessage([]byte(v))}, func(_ context.Context, err error) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.acks == nil {
+			s.acks = map[string]error{}
+		}
+		s.acks[v] = err
+		return nil
+	}, nil
+}
+
+func (s *batches) Close(context.Context) error { return nil }
+
+// Batches nacked in another order than they were read (an aborted epoch
+// behind a dead-letter route nacks its batches through the route, shuffled)
+// are replayed in the order they were read: per partition, source order.
+// Replayed in nack order, output batching merged scattered replays of which
+// one continued the partition's run, the output nacked the rest again, and a
+// Kafka-to-Kafka copy crawled for minutes.
+func TestReplayInReadOrder(t *testing.T) {
+	ctx := context.Background()
+	src := &batches{n: 4}
+	in := Wrap(src)
+	acks := map[string]service.AckFunc{}
+	for range 4 {
+		b, ack := read(t, in)
+		acks[values(t, b)[0]] = ack
+	}
+	for _, v := range []string{"b2", "b0", "b3", "b1"} {
+		if err := acks[v](ctx, errors.New("rejected")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for range 4 {
+		b, ack := read(t, in)
+		got = append(got, values(t, b)...)
+		if err := ack(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"b0", "b1", "b2", "b3"}; !slices.Equal(got, want) {
+		t.Fatalf("replayed %v, want %v (the order read)", got, want)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if len(src.acks) != 4 {
+		t.Fatalf("acknowledged %v, want the 4 batches", src.acks)
+	}
+	for v, err := range src.acks {
+		if err != nil {
+			t.Fatalf("%s acknowledged with %v", v, err)
+		}
+	}
+}
+
+// A batch rejected over and over is replayed every time (never dropped) and
+// after a growing wait (never retried without backoff): the replays take at
+// least the sum of the waits.
+func TestReplayBacksOff(t *testing.T) {
+	ctx := context.Background()
+	src := &oneBatch{vals: []string{"m0"}}
+	in := Wrap(src)
+	b, ack := read(t, in)
+	const n = 8
+	var least time.Duration
+	start := time.Now()
+	for i := 1; i <= n; i++ {
+		if err := ack(ctx, errors.New("rejected")); err != nil {
+			t.Fatal(err)
+		}
+		least += replayDelay(i)
+		b, ack = read(t, in)
+		if got := values(t, b); !slices.Equal(got, []string{"m0"}) {
+			t.Fatalf("replay %d: %v", i, got)
+		}
+	}
+	if el := time.Since(start); el < least {
+		t.Fatalf("%d replays took %v, less than their waits (%v)", n, el, least)
+	}
+	if a := src.acked(); len(a) != 0 {
+		t.Fatalf("acknowledged %v before a replay was", a)
+	}
+}
+
+// The wait before a replay starts at a millisecond, grows, and is capped.
+func TestReplayDelay(t *testing.T) {
+	if d := replayDelay(1); d != time.Millisecond {
+		t.Fatalf("first wait %v, want 1ms", d)
+	}
+	prev := time.Duration(0)
+	for i := 1; i < 200; i++ {
+		d := replayDelay(i)
+		if d < prev || d > maxReplayDelay || d <= 0 {
+			t.Fatalf("wait %d: %v after %v (cap %v)", i, d, prev, maxReplayDelay)
+		}
+		prev = d
+	}
+	if prev != maxReplayDelay {
+		t.Fatalf("wait after 200 rejections %v, want the cap %v", prev, maxReplayDelay)
+	}
+}
+
+// The Benthos behaviour Wrap replaces, shown on service.AutoRetryNacksBatched
+// alone: from its third replay on, a batch waits a backoff meant to start at
+// a millisecond that starts at half a second (randomised to 250-750 ms), with
+// the list's lock held. If this test fails, Benthos fixed its backoff.
+func TestBenthosReplayWaitsHalfASecond(t *testing.T) {
+	ctx := context.Background()
+	in := service.AutoRetryNacksBatched(&oneBatch{vals: []string{"m0"}})
+	_, ack := read(t, in)
+	for range 2 {
+		if err := ack(ctx, errors.New("rejected")); err != nil {
+			t.Fatal(err)
+		}
+		_, ack = read(t, in)
+	}
+	if err := ack(ctx, errors.New("rejected")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	read(t, in)
+	if el := time.Since(start); el < 200*time.Millisecond {
+		t.Fatalf("Benthos' third replay waited %v; it waited 250-750 ms", el)
+	}
+}
