@@ -682,11 +682,11 @@ func (o *output) admitLocked(ctx context.Context, spans []handover.Span, ep *epo
 				// most of the time (a hand-over of a range filtered
 				// out upstream, a predecessor in another slot)
 				// arrives well within it. Not nacked at once: every
-				// nack is a replay by Benthos' retry list, which
-				// after a batch's second replay sleeps a growing
-				// backoff with its lock held (acks included), and a
-				// storm of immediate nacks stalled a filtered copy
-				// for minutes.
+				// nack is a replay by the input's retry list after a
+				// growing wait (internal/retrynacks), and a storm of
+				// immediate nacks stalled a filtered copy for
+				// minutes (behind Benthos' list, which slept half a
+				// second per replay with its lock held).
 				waited = admitWaitFull
 			}
 			o.admitWaiting++
@@ -1121,7 +1121,8 @@ func (m *k2kMode) connect(ctx context.Context) error { return m.o.loadCommitted(
 // The records are put in source order: per source partition by span, each
 // input batch's in its own order. A batch that merges input batches (output
 // batching) holds them in the order Benthos merged them, which after a nack
-// is the order its retry list replays them in, not theirs.
+// is the order the input's retry list replays them in (the order read among
+// the batches due together, internal/retrynacks), not always theirs.
 func (m *k2kMode) read(w *write) {
 	m.k.skipHeld(w, m.o)
 	m.k.noteUnacked(w)

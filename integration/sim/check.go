@@ -453,7 +453,7 @@ func (r *runner) checkKept(out []outRecord) {
 // checkOrder checks the order the docs promise: Kafka-to-Kafka (and Arrow)
 // keep each partition's records in source order; dedupe keeps each key's
 // positions increasing. Plain mode promises no order: a nacked batch is
-// replayed from Benthos' retry list, possibly after batches read later.
+// replayed from the input's retry list, possibly after batches read later.
 func (r *runner) checkOrder(out []outRecord) {
 	p := r.p
 	var by func(o outRecord) string

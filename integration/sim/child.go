@@ -267,7 +267,7 @@ func (c *simCache) Close(context.Context) error { return nil }
 // the plan's records in order, from a checkpoint kept by the harness (the
 // end of the contiguous run of acknowledged records, written every
 // CommitPeriod and at a graceful close), as a file read from a stored line
-// number would be. Nacked batches are replayed by AutoRetryNacksBatched.
+// number would be. Nacked batches are replayed by retrynacks.Wrap.
 type simSource struct {
 	p  Plan
 	st *storeClient
@@ -348,7 +348,7 @@ func (s *simSource) ReadBatch(ctx context.Context) (service.MessageBatch, servic
 	}
 	return b, func(ctx context.Context, err error) error {
 		if err != nil {
-			return nil // replayed by AutoRetryNacksBatched
+			return nil // replayed by retrynacks.Wrap
 		}
 		ids := make([]int, 0, to-from)
 		for i := from; i < to; i++ {

@@ -47,7 +47,11 @@ var Defects = []Defect{
 			"over and over (a bounded copy never ends); with output batching (after epochs aborted, " +
 			"group_membership and oversized records; Arrow after a fatal stop). Fixed for pipeline threads " +
 			"above max_in_flight without output batching (one thread's batch held the output's only call " +
-			"waiting for the batch the other thread could not hand over): a waiting batch gives its turn up",
+			"waiting for the batch the other thread could not hand over): a waiting batch gives its turn up. " +
+			"Fixed with output batching after an epoch aborted behind a dead-letter route (its batches' nacks came " +
+			"back shuffled, Benthos' retry list replayed them in that order, half a second apart from a batch's " +
+			"third replay, and each output batch continued its partition's run by one record): the input's retry " +
+			"list replays rejected batches in the order read, after a wait of 1 ms doubling to 1 s",
 		Match: func(r Result, f string) bool {
 			p := r.Plan
 			return p.Mode.k2k() && strings.HasPrefix(f, "hang:") && strings.Contains(f, "a batch waits for the batch before it")
