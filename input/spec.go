@@ -346,7 +346,8 @@ func init() {
 			}
 			// Rejected batches are replayed until they are acknowledged, so
 			// the committed offset never passes one (see tracker.go); retrynacks
-			// keeps every rejected message of a replay that was narrowed.
+			// keeps every rejected message of a replay that was narrowed, and
+			// replays rejected batches in the order read, with backoff.
 			return retrynacks.Wrap(in), nil
 		})
 	if err != nil {
