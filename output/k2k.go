@@ -90,7 +90,9 @@ type k2k struct {
 	// skip holds, per partition, what the group's committed offset said
 	// at Connect (its metadata, see heldMeta): records the previous owner
 	// wrote past an unacknowledged message, which a replay acknowledges
-	// without writing them again.
+	// without writing them again, until the input hands a position at
+	// or past their end over (the offset may move past them before the
+	// replay of the last ones reaches the output).
 	skip map[topicPartition]heldMeta
 	// handed holds the input batches (spans) a WriteBatch call holds now
 	// or one returned nil for, until the committed offset and the input's
@@ -422,9 +424,11 @@ func (k *k2k) commitDone(spans []handover.Span, offs []plannedOffset) {
 		if o.through > k.through[tp] {
 			k.through[tp] = o.through
 		}
-		if h, ok := k.skip[tp]; ok && k.committed[tp] >= h.through {
-			delete(k.skip, tp)
-		}
+		// What the offset's metadata said at Connect (skip) stays
+		// when the offset moves past it: the input may still replay
+		// records below it (read before the route took the message
+		// that held the offset), which the previous owner wrote.
+		// addFloor drops it once the input hands its end over.
 	}
 	k.held = append(k.held, spans...)
 	kept := k.held[:0]
@@ -819,6 +823,11 @@ func (k *k2k) addFloor(offsets map[string]map[int32]int64) bool {
 			// below it that could not be written.
 			if u := k.unacked[tp]; len(u) > 0 {
 				k.unacked[tp] = slices.DeleteFunc(u, func(x int64) bool { return x < k.floor[tp] })
+			}
+			// Every replay of the records the previous owner wrote
+			// past its held offset is acknowledged: none comes again.
+			if h, ok := k.skip[tp]; ok && k.floor[tp] >= h.through {
+				delete(k.skip, tp)
 			}
 			// Nothing committed reads as 0: nothing lies below it.
 			if k.floor[tp] > k.committed[tp] {

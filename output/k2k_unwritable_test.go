@@ -427,3 +427,86 @@ func TestK2KUnwritableZombieBeforeDeadLetter(t *testing.T) {
 		t.Fatalf("at the end: visible %v, want %v", got, want)
 	}
 }
+
+// TestK2KUnwritableReplayPastHeldOffsetMoved: the next owner of a partition
+// whose offset was held at an unwritable message replays the records the
+// previous owner wrote past it. The route takes the message early in the
+// replay (the input hands a position past it over), and the offset moves at
+// once to where the previous owner's copy reached: those records are
+// committed. The replay of the records past that position, still on its way
+// through the pipeline, must then be acknowledged without being written
+// again. On the code before, the commit of the moved offset dropped what the
+// offset's metadata said, and the rest of the replay was written twice
+// (simulation seed 7547191673214153196: output batching, max_in_flight 64,
+// a SIGTERM while the offset was held).
+func TestK2KUnwritableReplayPastHeldOffsetMoved(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	res := newResources()
+	yaml := baseYAML(brokers, "k2k-dlq-moved", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n")
+	a := newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	// Offsets 0 to 3; offset 1 is too large. Then [4, 8), written while
+	// the offset is held at 1.
+	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 0, 4, 1)); !errors.Is(err, ErrCannotWrite) {
+		t.Fatalf("first batch: %v, want offset 1 failed", err)
+	}
+	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 4, 8)); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"a-0": 1, "a-2": 1, "a-3": 1, "a-4": 1, "a-5": 1, "a-6": 1, "a-7": 1}
+	if got := counts(t, brokers); !maps.Equal(got, want) {
+		t.Fatalf("before the stop: visible %v, want %v", got, want)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 1 {
+		t.Fatalf("the group's offset of %s/0 is %d, want 1 (held at the unwritable record)", k2kIn, got)
+	}
+
+	// The instance stops before the route took offset 1; the next owner
+	// reads the partition again from the held offset.
+	handover.ReleaseCommitTakeover(res, k2kGroup, a)
+	b := newTestOutput(t, res, yaml)
+	if err := b.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.StartAt(map[string]map[int32]int64{k2kIn: {0: 1}})
+	replay := k2kSourced("a", 0, 1, 4, 1)
+	err := b.WriteBatch(ctx, replay)
+	if got := blamed(replay, err); len(got) != 1 || !errors.Is(got[0], ErrCannotWrite) {
+		t.Fatalf("the replay of [1, 4): blamed %v, want offset 1 failed alone (for the dead-letter route)", got)
+	}
+	// The route took offset 1: the input hands [1, 4) over, and the
+	// offset moves to where the previous owner's copy reached.
+	if err := b.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 8 {
+		t.Fatalf("after the dead-letter route's ack: committed %d, want 8", got)
+	}
+	// The replay of [4, 8) comes after: written by the previous owner.
+	if err := b.WriteBatch(ctx, k2kSourced("a", 0, 4, 8)); err != nil {
+		t.Fatalf("the replay of [4, 8): %v", err)
+	}
+	if got := counts(t, brokers); !maps.Equal(got, want) {
+		t.Fatalf("after the replay of [4, 8): visible %v, want %v (each once)", got, want)
+	}
+	// The copy goes on past the previous owner's reach.
+	if err := b.WriteBatch(ctx, k2kSourced("a", 0, 8, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	want["a-8"], want["a-9"] = 1, 1
+	if got := counts(t, brokers); !maps.Equal(got, want) {
+		t.Fatalf("at the end: visible %v, want %v", got, want)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 10 {
+		t.Fatalf("at the end: committed %d, want 10", got)
+	}
+}

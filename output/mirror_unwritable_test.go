@@ -90,3 +90,69 @@ func testMirrorUnwritableCrashBeforeDeadLetter(t *testing.T, e mirrorEnv) {
 		t.Fatalf("stopped with %v", err)
 	}
 }
+
+// TestMirrorUnwritableReplayPastHeldPositionMoved: the partition's next owner
+// replays from a position held at an unwritable record; the route takes it
+// early in the replay and the position moves at once to where the first
+// writer's copy reached. The rest of the replay (records the first writer
+// copied, still on their way through the pipeline) is acknowledged without
+// being copied again.
+func TestMirrorUnwritableReplayPastHeldPositionMoved(t *testing.T) {
+	e := newMirrorEnv(t, 3)
+	fc, restore := catchFatal()
+	defer restore()
+	ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
+	defer cancel()
+	const limit = "max_message_bytes: 600\n"
+	big := strings.Repeat("x", 1000)
+	sp := txnstate.SourcePartition{Topic: e.src, Partition: 0}
+
+	x := mirrorOutputWith(t, e, e.id+"x", &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 1, member: "m"}, limit)
+	claim(t, x, e, 0)
+	x.StartAt(map[string]map[int32]int64{e.src: {0: 0}})
+	// Offsets 0 to 3; offset 1 is too large. Then 4 and 5.
+	b1 := sourceBatch(e, 0, 0, 4)
+	b1[1].SetBytes([]byte(big))
+	if got := blamed(b1, x.WriteBatch(ctx, b1)); len(got) != 1 || !errors.Is(got[1], ErrCannotWrite) {
+		t.Fatalf("first batch: blamed %v, want offset 1 alone", got)
+	}
+	if err := x.WriteBatch(ctx, sourceBatch(e, 0, 4, 2)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"v-0-0", "v-0-2", "v-0-3", "v-0-4", "v-0-5"}
+	if got := readCommitted(t, e.b, e.dst); !slices.Equal(got, want) {
+		t.Fatalf("before the crash: target %v, want %v", got, want)
+	}
+
+	// x dies before the route took offset 1; y reads from the position.
+	y := mirrorOutputWith(t, e, e.id+"y", &fakeGroup{owned: map[int32]uint64{0: 1}, gen: 2, member: "n"}, limit)
+	if got := claim(t, y, e, 0); got[0] != 1 {
+		t.Fatalf("y's claim: position %v, want 1 (held at the unwritable record)", got)
+	}
+	y.StartAt(map[string]map[int32]int64{e.src: {0: 1}})
+	replay := sourceBatch(e, 0, 1, 3)
+	replay[0].SetBytes([]byte(big))
+	if got := blamed(replay, y.WriteBatch(ctx, replay)); len(got) != 1 || !errors.Is(got[0], ErrCannotWrite) {
+		t.Fatalf("y's replay of [1, 4): blamed %v, want offset 1 failed alone (for the dead-letter route)", got)
+	}
+	// The route took offset 1: the input hands [1, 4) over, and the
+	// position moves to where x's copy reached.
+	if err := y.CommitOffsets(ctx, map[string]map[int32]int64{e.src: {0: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, mirrorDeadline, "the position at 6", func() bool {
+		st := positionsOf(t, e)
+		n, _ := st.Next(sp)
+		return n == 6
+	})
+	// The replay of 4 and 5 comes after: copied by x.
+	if err := y.WriteBatch(ctx, sourceBatch(e, 0, 4, 2)); err != nil {
+		t.Fatalf("y's replay of [4, 6): %v", err)
+	}
+	if got := readCommitted(t, e.b, e.dst); !slices.Equal(got, want) {
+		t.Fatalf("after the replay of [4, 6): target %v, want %v (each once)", got, want)
+	}
+	if err := fc.err(); err != nil && !errors.As(err, new(*FencedError)) {
+		t.Fatalf("stopped with %v", err)
+	}
+}

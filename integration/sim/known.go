@@ -81,6 +81,19 @@ var Defects = []Defect{
 		},
 	},
 	{
+		Name: "dlq-held-replay-dups",
+		What: "kafka_eos Kafka-to-Kafka (and mirror) behind a dead-letter route: the next owner of an offset held " +
+			"at an unwritable message replays the records its previous owner wrote past it; the route took the " +
+			"message early in the replay and the offset moved at once to the previous owner's reach, and that " +
+			"commit dropped what the offset's metadata said: the rest of the replay, still in the pipeline, was " +
+			"written twice. Fixed: the metadata's records are acknowledged unwritten until the input hands " +
+			"their end over",
+		Match: func(r Result, f string) bool {
+			p := r.Plan
+			return p.Mode.k2k() && len(p.Oversized) > 0 && r.Stats.Starts > 1 && strings.HasPrefix(f, "duplicated in an end-to-end mode")
+		},
+	},
+	{
 		Name: "dlq-crash-loss",
 		What: "kafka_eos Kafka-to-Kafka behind a dead-letter route: the source offset of a message that cannot " +
 			"be written committed with its batch-mates' (the group's offset moved past it) before the dead-letter " +
