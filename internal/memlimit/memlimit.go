@@ -32,7 +32,7 @@
 // its epoch is open (a kgo.Record and its share of the produce promise). So
 // the batches in flight bound the heap too: (max_in_flight + InFlightExtra)
 // x (max_batch_bytes + max_batch_records x HeapPerRecord), at the defaults
-// 74 x 2.25 MiB = 166.5 MiB. The limit is the larger of the two bounds plus
+// 74 x 2.5625 MiB = 189.6 MiB. The limit is the larger of the two bounds plus
 // Headroom: 320 MiB at the defaults, the batches in flight + 64 MiB where
 // they are larger than the budget, so that the live data stays below the
 // limit whatever the record sizes. Not with output batching, which makes
@@ -82,10 +82,12 @@ const (
 // HeapPerRecord is what a record in flight takes on the heap besides its key
 // and value: the Benthos message and its metadata (input's
 // BenchmarkHeapPerRecord measured about 1,000 bytes on kfake with 100-byte
-// and 1 KiB values, no headers) and the output's kgo.Record for it (160
-// bytes) with its share of the produce promise: about 256 bytes from their
-// sizes, not measured. The output's records reference the messages' bytes.
-const HeapPerRecord = 1280
+// and 1 KiB values, no headers; the input counts 320 more for the consumer's
+// record a mirror-mode output keeps with it) and the output's kgo.Record for
+// it (160 bytes) with its share of the produce promise: about 256 bytes from
+// their sizes, not measured. The output's records reference the messages'
+// bytes.
+const HeapPerRecord = 1600
 
 // InFlightExtra is the batches besides max_in_flight that can be in flight:
 // the up to 8 more Benthos hands a Kafka-to-Kafka output, and those between

@@ -39,7 +39,7 @@ func TestDerive(t *testing.T) {
 		limit  int64
 		reason string // a part of the reason
 	}{
-		{"kafka_native to kafka_eos at the defaults", k2k("", "", ""), 320 * MiB, "kafka_native's max_buffered_bytes (256 MiB) + 64 MiB, the input bounding everything kafka_eos holds (the batches in flight take at most 174587904 bytes on the heap)"},
+		{"kafka_native to kafka_eos at the defaults", k2k("", "", ""), 320 * MiB, "kafka_native's max_buffered_bytes (256 MiB) + 64 MiB, the input bounding everything kafka_eos holds (the batches in flight take at most 198836224 bytes on the heap)"},
 		{"a budget with a unit", k2k("    max_buffered_bytes: 1GiB", "", ""), 1088 * MiB, "max_buffered_bytes (1024 MiB) + 64 MiB"},
 		{"an integer budget", k2k("    max_buffered_bytes: 536870912", "", ""), 576 * MiB, "512 MiB"},
 		{"a budget in decimal units", k2k("    max_buffered_bytes: 400MB", "", ""), 400e6 + 64*MiB, "400000000 bytes"},
@@ -50,9 +50,9 @@ func TestDerive(t *testing.T) {
 
 		// The batches in flight bound the heap above the budget: the
 		// limit follows them, so that it is never below the live data.
-		{"a budget below the batches in flight", k2k("    max_buffered_bytes: 128MiB", "", ""), 74*(MiB+1024*1280) + 64*MiB, "(max_in_flight 64 + 10) x (max_batch_bytes 1 MiB + max_batch_records 1024 x 1280 bytes) = 174587904 bytes, + 64 MiB: above kafka_native's max_buffered_bytes (128 MiB)"},
-		{"a raised max_in_flight", k2k("", "", "    max_in_flight: 512"), 522*(MiB+1024*1280) + 64*MiB, "(max_in_flight 512 + 10)"},
-		{"larger batches", k2k("    max_batch_records: 4096\n    max_batch_bytes: 4MiB", "", ""), (74*9 + 64) * MiB, "max_batch_records 4096"},
+		{"a budget below the batches in flight", k2k("    max_buffered_bytes: 128MiB", "", ""), 74*(MiB+1024*1600) + 64*MiB, "(max_in_flight 64 + 10) x (max_batch_bytes 1 MiB + max_batch_records 1024 x 1600 bytes) = 198836224 bytes, + 64 MiB: above kafka_native's max_buffered_bytes (128 MiB)"},
+		{"a raised max_in_flight", k2k("", "", "    max_in_flight: 512"), 522*(MiB+1024*1600) + 64*MiB, "(max_in_flight 512 + 10)"},
+		{"larger batches", k2k("    max_batch_records: 4096\n    max_batch_bytes: 4MiB", "", ""), 74*(4*MiB+4096*1600) + 64*MiB, "max_batch_records 4096"},
 		{"small batches in flight, small budget", k2k("    max_buffered_bytes: 16MiB\n    max_batch_records: 100\n    max_batch_bytes: 64KiB", "", ""), MinLimit, "max_buffered_bytes (16 MiB)"},
 		{"output batching", k2k("", "", "    batching: { count: 10000 }"), 0, "output batching"},
 
