@@ -197,7 +197,7 @@ func childRun(ctx context.Context, kind string, o options, topic string, size, r
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
 		if err := runErr(ctx, kind, limit); err != nil {
-			return result{}, fmt.Errorf("%w; its last lines: %s", err, lastLines(stderr.String(), 5))
+			return result{}, withOutput(err, stderr.String())
 		}
 		return result{}, fmt.Errorf("%s: %v: %s", kind, err, lastLines(stderr.String(), 15))
 	}

@@ -26,7 +26,8 @@ import (
 // errDeadline: a child or a Java tool ran past its deadline and was killed.
 var errDeadline = errors.New("killed at its deadline")
 
-// errBrokerDead: the broker's process exited during the run.
+// errBrokerDead: the broker's process exited during the run, or stopped
+// answering.
 var errBrokerDead = errors.New("the broker stopped")
 
 // fatal says whether a contender's error ends the run (a failed count or a
@@ -59,6 +60,14 @@ func runErr(ctx context.Context, what string, limit time.Duration) error {
 		return fmt.Errorf("%s: %w after %s (3 x its planned span + 2 min): the broker stopped answering or the run hung", what, errDeadline, limit)
 	}
 	return fmt.Errorf("%s: %w", what, context.Cause(ctx))
+}
+
+// withOutput adds the last lines a killed child or tool printed, if any.
+func withOutput(err error, out string) error {
+	if strings.TrimSpace(out) == "" {
+		return err
+	}
+	return fmt.Errorf("%w; its last lines: %s", err, lastLines(out, 5))
 }
 
 // brokerProc is the process and the directories of the broker this run
@@ -152,14 +161,27 @@ func lastLogLine(file string) string {
 	return "(empty)"
 }
 
-// between is the check between two runs: the run was not cancelled and the
-// broker (when this run started it) is alive.
+// between is the check between two runs: the run was not cancelled, and the
+// broker (when this run started it) is alive and answers a metadata request
+// within 30 s (a broker that stopped answering, e.g. one whose process is
+// stopped, would otherwise cost every later run its deadline).
 func (b *bench) between(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	if b.proc != nil && !b.proc.alive() {
+	if b.proc == nil {
+		return nil
+	}
+	if !b.proc.alive() {
 		return b.proc.dead()
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := b.adm.BrokerMetadata(pctx); err != nil {
+		if !b.proc.alive() {
+			return b.proc.dead()
+		}
+		return fmt.Errorf("%w: process %d runs but did not answer a metadata request in 30 s (%v); its last log line: %s", errBrokerDead, b.proc.pid, err, lastLogLine(filepath.Join(b.proc.state, "logs", "server.log")))
 	}
 	return nil
 }

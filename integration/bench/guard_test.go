@@ -200,3 +200,14 @@ func TestDiskUse(t *testing.T) {
 	}
 	s.stop() // twice is fine
 }
+
+func TestWithOutput(t *testing.T) {
+	err := fmt.Errorf("eos: %w", errDeadline)
+	if got := withOutput(err, " \n"); got != err {
+		t.Fatalf("empty output changed the error: %v", got)
+	}
+	got := withOutput(err, "a\nb\nlast line\n")
+	if !errors.Is(got, errDeadline) || !strings.HasSuffix(got.Error(), "its last lines: a\nb\nlast line") {
+		t.Fatalf("withOutput = %v", got)
+	}
+}

@@ -54,7 +54,7 @@ func tool(ctx context.Context, limit time.Duration, heap, class string, args ...
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		if err := runErr(ctx, class, limit); err != nil {
-			return stdout.String(), 0, fmt.Errorf("%w; its last lines: %s", err, lastLines(stderr.String()+stdout.String(), 5))
+			return stdout.String(), 0, withOutput(err, stderr.String()+stdout.String())
 		}
 		return stdout.String(), 0, fmt.Errorf("%s: %v: %s", class, err, lastLines(stderr.String()+stdout.String(), 15))
 	}
