@@ -41,6 +41,7 @@ var regressionSeeds = []uint64{
 	206,                 // dlq-crash-loss
 	8161861579037314397, // dlq-crash-loss: a zombie froze the instance after the epoch that committed past the record, before the dead-letter route took it (FAIL(new) in a sweep before the defect was known; 1 of 6 replays failed on the tree before the fix)
 	7547191673214153196, // dlq-held-replay-dups: k2k, output batching, max_in_flight 64, SIGTERM while the offset was held at an oversized record; the next owner's replay past the moved offset was written again (4 of 4 runs before the fix)
+	7544673729151610099, // dlq-held-replay-dups without output batching: k2k, max_in_flight 64, two pipeline threads, a zombie and two crashes; the next owner started at the offset held at the oversized record, the route took it, the offset moved to the previous owner's reach and the replay's last batches were written again (FAIL(zombie-writes,k2k-zombie-dups) in a sweep before the fix; 2 of 7 replays failed on that tree, 0 of 34 on the fix)
 	3201869320009214713, // state-auth-retry: dedupe, kafka_state, the state topic's Produce refused with TOPIC_AUTHORIZATION_FAILED after a commit
 	1168559996639554840, // probe-error-hidden: Kafka-to-Kafka, recovery's probe Fetch refused with TOPIC_AUTHORIZATION_FAILED
 	578523987098250037,  // k2k-stall with output batching: k2k members, an epoch aborted behind a dead-letter route, its nacks replayed shuffled and half a second apart by Benthos' retry list (6 of 6 replays hung before the fix, 5 of 5 passed on it)
