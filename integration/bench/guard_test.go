@@ -156,8 +156,13 @@ func TestBrokerProcWatch(t *testing.T) {
 		t.Skipf("no sh: %v", err)
 	}
 	p := &brokerProc{state: st, pid: cmd.Process.Pid}
-	if !p.alive() {
-		t.Fatal("a running broker is not alive")
+	// Start returns once the child has begun its exec; the kernel sets the
+	// new command line a moment later, so /proc may read it empty at first
+	// on a loaded machine.
+	for deadline := time.Now().Add(30 * time.Second); !p.alive(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a running broker is not alive after 30 s")
+		}
 	}
 	if other := (&brokerProc{state: t.TempDir(), pid: cmd.Process.Pid}); other.alive() {
 		t.Fatal("a process of another state dir counts as the broker")
