@@ -45,6 +45,7 @@ var regressionSeeds = []uint64{
 	3201869320009214713, // state-auth-retry: dedupe, kafka_state, the state topic's Produce refused with TOPIC_AUTHORIZATION_FAILED after a commit
 	1168559996639554840, // probe-error-hidden: Kafka-to-Kafka, recovery's probe Fetch refused with TOPIC_AUTHORIZATION_FAILED
 	578523987098250037,  // k2k-stall with output batching: k2k members, an epoch aborted behind a dead-letter route, its nacks replayed shuffled and half a second apart by Benthos' retry list (6 of 6 replays hung before the fix, 5 of 5 passed on it)
+	3199449999280772534, // k2k-stall with output batching, max_in_flight 64, epochs aborted on cache-set faults: the batches past the gap, rejected less often, were replayed ahead of the batch before them and rejected again until each waited the retry list's 1 s cap (2 of 3 and 1 of 1 replays hung before the fix, 5 of 5 passed on it)
 }
 
 // knownFailures are fixed-set seeds that fail on a defect not fixed yet
