@@ -478,7 +478,7 @@ func TestReplayWaitsForTheBatchReadBefore(t *testing.T) {
 		b, ack := read(t, in)
 		acks[values(t, b)[0]] = ack
 	}
-	const n = 7 // b0's wait after its 7th rejection: 64 ms
+	const n = 10 // b0's wait after its 10th rejection: 512 ms (the others wait 1 ms)
 	for i := 1; i <= n; i++ {
 		if err := acks["b0"](ctx, errors.New("rejected")); err != nil {
 			t.Fatal(err)
