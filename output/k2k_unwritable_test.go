@@ -510,3 +510,82 @@ func TestK2KUnwritableReplayPastHeldOffsetMoved(t *testing.T) {
 		t.Fatalf("at the end: committed %d, want 10", got)
 	}
 }
+
+// TestK2KWaitingBatchAcksTheRecordsThePreviousOwnerWrote: the next owner
+// reads from the offset held at an unwritable record; the replay of that
+// record's batch-mates (written by the previous owner, named by the offset's
+// metadata) comes merged (output batching) with records past the previous
+// owner's reach, which wait for the input to hand over the batches before
+// them. Nacked after the wait, the batch nacks only the records still to be
+// written: the ones the previous owner wrote are acknowledged, so that the
+// input hands their batch over and the offset moves. Nacked whole, the
+// batch-mates were never acknowledged, the offset stayed held, and the
+// replays came back merged the same way: the copy cycled for good.
+func TestK2KWaitingBatchAcksTheRecordsThePreviousOwnerWrote(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	res := newResources()
+	yaml := baseYAML(brokers, "k2k-dlq-merged", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n")
+	a := newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	// Offsets 0 to 3; offset 1 is too large. Then [4, 8), written while
+	// the offset is held at 1.
+	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 0, 4, 1)); !errors.Is(err, ErrCannotWrite) {
+		t.Fatalf("first batch: %v, want offset 1 failed", err)
+	}
+	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 4, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 1 {
+		t.Fatalf("the group's offset of %s/0 is %d, want 1 (held at the unwritable record)", k2kIn, got)
+	}
+
+	// The next owner reads from the held offset. The dead-letter route took
+	// offset 1 and sent its batch-mates 2 and 3 back; their replay merges
+	// with [4, 10): [4, 8) written by the previous owner, [8, 10) not.
+	handover.ReleaseCommitTakeover(res, k2kGroup, a)
+	b := newTestOutput(t, res, yaml)
+	b.calls = 1 // the only call Benthos may make waits: a short wait
+	if err := b.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.StartAt(map[string]map[int32]int64{k2kIn: {0: 1}})
+	merged := append(k2kSourced("a", 0, 1, 4, 1)[1:], k2kSourced("a", 0, 4, 10)...)
+	err := b.WriteBatch(ctx, merged)
+	if !errors.Is(err, ErrOutOfOrder) {
+		t.Fatalf("the merged batch: %v, want ErrOutOfOrder ([8, 10) waits for the input to hand [1, 8) over)", err)
+	}
+	got := blamed(merged, err)
+	for i := range merged {
+		off, _ := sourceOffset(merged[i])
+		switch e := got[i]; {
+		case off < 8 && e != nil:
+			t.Errorf("offset %d (written by the previous owner): %v, want acknowledged", off, e)
+		case off >= 8 && !errors.Is(e, ErrOutOfOrder):
+			t.Errorf("offset %d (not written yet): %v, want ErrOutOfOrder", off, e)
+		}
+	}
+	// Acknowledged, the batch of offsets 1 to 3 is handed over (the route
+	// took offset 1), then [4, 10) is replayed and written.
+	if err := b.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteBatch(ctx, k2kSourced("a", 0, 4, 10)); err != nil {
+		t.Fatalf("the replay of [4, 10): %v", err)
+	}
+	if err := b.CommitOffsets(ctx, map[string]map[int32]int64{k2kIn: {0: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"a-0": 1, "a-2": 1, "a-3": 1, "a-4": 1, "a-5": 1, "a-6": 1, "a-7": 1, "a-8": 1, "a-9": 1}
+	if got := counts(t, brokers); !maps.Equal(got, want) {
+		t.Fatalf("at the end: visible %v, want %v (each once)", got, want)
+	}
+	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 10 {
+		t.Fatalf("at the end: committed %d, want 10", got)
+	}
+}

@@ -439,7 +439,9 @@ func (o *output) sentBack(w *write) error {
 // batch the first error of the batch, which is then this one.)
 //
 // With err set, every message gets err, the unwritable ones too: the batch is
-// replayed whole, and they are reported on a later attempt. (Their own error
+// replayed whole, and they are reported on a later attempt. A batch nacked
+// after waiting for its predecessor (ErrOutOfOrder) is the exception: the
+// messages acknowledged without writing them (done) are acknowledged. (Their own error
 // here could be hidden behind err under output batching, a nack taken for a
 // route.) A record refused for good by the broker or the client aborted its
 // epoch: its message is remembered, and fails with its own error before
@@ -453,6 +455,23 @@ func (o *output) result(w *write, err error) error {
 			}
 		}
 		w.ref.mu.Unlock()
+	}
+	if err != nil && w.ref == nil && len(w.done) > 0 && errors.Is(err, ErrOutOfOrder) {
+		// Nacked after waiting for its predecessor: only what is still
+		// to be written is. The messages acknowledged without writing
+		// them (written in an epoch that committed, or by the previous
+		// owner as its committed offset's metadata says) are
+		// acknowledged: their input batch may be the one this batch
+		// waits for (an offset held at an unwritable record does not
+		// move until the input hands that batch over), and nacked with
+		// it they came back merged the same way, for good.
+		berr := service.NewBatchError(w.batch, err)
+		for i := range w.batch {
+			if !w.done[i] {
+				berr = berr.Failed(i, err)
+			}
+		}
+		return berr
 	}
 	if len(w.failed) == 0 || err != nil {
 		return err
