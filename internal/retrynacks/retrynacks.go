@@ -22,7 +22,13 @@
 //     shuffled; output batching then merged scattered replays, of which one
 //     continued its partition's run in a Kafka-to-Kafka copy, the rest were
 //     rejected again, and the copy crawled. Wrap replays the rejected batches
-//     that are due in the order they were read (per partition, source order).
+//     in the order they were read (per partition, source order): a rejected
+//     batch waits for every rejected one read before it, whatever its own
+//     wait. (Handing out whichever was due first, the batches past an aborted
+//     epoch, rejected once or twice, went out ahead of the batch before them,
+//     which waited longer, were rejected as out of order, and waited longer
+//     in turn: every batch came to wait the cap, and a Kafka-to-Kafka copy
+//     filled its partition's gap about once a second.)
 //   - From a batch's third replay on, the list sleeps a backoff meant to start
 //     at a millisecond that starts at half a second (set after the backoff was
 //     reset), with its lock held, acknowledgements included. Wrap waits
@@ -31,8 +37,10 @@
 //     acknowledgements go on meanwhile.
 //
 // A rejected batch that is due is handed out before a new read; a new read is
-// handed out while the rejected batches wait. A batch acknowledged the first
-// time costs an index and a copy of the batch, as in Benthos.
+// handed out while the rejected batches wait. A batch rejected over and over
+// (no output takes it) thus holds the replays of the batches read after it
+// for up to maxReplayDelay each time, not new reads. A batch acknowledged the
+// first time costs an index and a copy of the batch, as in Benthos.
 package retrynacks
 
 import (
@@ -167,13 +175,7 @@ func (l *list) ReadBatch(ctx context.Context) (service.MessageBatch, service.Ack
 		var timer *time.Timer
 		var timeout <-chan time.Time
 		if len(l.waiting) > 0 {
-			next := l.waiting[0].due
-			for _, p := range l.waiting[1:] {
-				if p.due.Before(next) {
-					next = p.due
-				}
-			}
-			timer = time.NewTimer(next.Sub(now))
+			timer = time.NewTimer(l.waiting[0].due.Sub(now))
 			timeout = timer.C
 		}
 		l.mu.Unlock()
@@ -192,15 +194,15 @@ func (l *list) ReadBatch(ctx context.Context) (service.MessageBatch, service.Ack
 }
 
 // dueLocked removes and returns the first batch read of the rejected ones
-// that are due at now, or nil.
+// when it is due at now, or nil: the others wait for it, whatever their own
+// waits (the replays go out in the order read).
 func (l *list) dueLocked(now time.Time) *pending {
-	for i, p := range l.waiting {
-		if !p.due.After(now) {
-			l.waiting = append(l.waiting[:i], l.waiting[i+1:]...)
-			return p
-		}
+	if len(l.waiting) == 0 || l.waiting[0].due.After(now) {
+		return nil
 	}
-	return nil
+	p := l.waiting[0]
+	l.waiting = l.waiting[1:]
+	return p
 }
 
 // readOne reads a batch from the input for the next ReadBatch.

@@ -460,3 +460,52 @@ func TestBenthosReplayWaitsHalfASecond(t *testing.T) {
 		t.Fatalf("Benthos' third replay waited %v; it waited 250-750 ms", el)
 	}
 }
+
+// A batch rejected over and over waits longer before its replay than one
+// rejected once, yet the replays go out in the order read: a rejected batch
+// is not handed out before one read earlier that still waits. Handing out
+// whichever was due first, an aborted Kafka-to-Kafka epoch's batches (each
+// rejected once or twice) went out ahead of the batch before them (rejected
+// many times, waiting up to a second), were rejected again as out of order,
+// and so on: every batch ended up waiting a second, and a gap of the
+// partition was filled about once a second.
+func TestReplayWaitsForTheBatchReadBefore(t *testing.T) {
+	ctx := context.Background()
+	src := &batches{n: 3}
+	in := Wrap(src)
+	acks := map[string]service.AckFunc{}
+	for range 3 {
+		b, ack := read(t, in)
+		acks[values(t, b)[0]] = ack
+	}
+	const n = 10 // b0's wait after its 10th rejection: 512 ms (the others wait 1 ms)
+	for i := 1; i <= n; i++ {
+		if err := acks["b0"](ctx, errors.New("rejected")); err != nil {
+			t.Fatal(err)
+		}
+		if i == n {
+			break
+		}
+		b, ack := read(t, in)
+		if got := values(t, b); !slices.Equal(got, []string{"b0"}) {
+			t.Fatalf("replay %d of b0: %v", i, got)
+		}
+		acks["b0"] = ack
+	}
+	for _, v := range []string{"b1", "b2"} { // each waits a millisecond
+		if err := acks[v](ctx, errors.New("rejected")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for range 3 {
+		b, ack := read(t, in)
+		got = append(got, values(t, b)...)
+		if err := ack(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"b0", "b1", "b2"}; !slices.Equal(got, want) {
+		t.Fatalf("replayed %v, want %v (the order read, whatever each waits)", got, want)
+	}
+}
