@@ -45,23 +45,15 @@ var regressionSeeds = []uint64{
 	3201869320009214713, // state-auth-retry: dedupe, kafka_state, the state topic's Produce refused with TOPIC_AUTHORIZATION_FAILED after a commit
 	1168559996639554840, // probe-error-hidden: Kafka-to-Kafka, recovery's probe Fetch refused with TOPIC_AUTHORIZATION_FAILED
 	578523987098250037,  // k2k-stall with output batching: k2k members, an epoch aborted behind a dead-letter route, its nacks replayed shuffled and half a second apart by Benthos' retry list (6 of 6 replays hung before the fix, 5 of 5 passed on it)
-	3199449999280772534, // k2k-stall with output batching, max_in_flight 64, epochs aborted on cache-set faults: the batches past the gap, rejected less often, were replayed ahead of the batch before them and rejected again until each waited the retry list's 1 s cap (2 of 3 and 1 of 1 replays hung; a strict replay order fixed it, 5 of 5, but was reverted: see knownFailures)
+	3199449999280772534, // k2k-stall with output batching, max_in_flight 64, epochs aborted on cache-set faults: the batches past the gap, rejected less often, were replayed ahead of the batch before them and rejected again until each waited the retry list's 1 s cap (2 of 3 and 1 of 1 replays hung before the fix, 5 of 5 passed on it)
+	1568310813552532710, // k2k-stall behind a dead-letter route (3 partitions, a zombie, output batching 50, max_in_flight 64): the batch-mates of the record the route took, written by the previous owner, were nacked whole with the records they merged with after those waited, so the offset held at that record never moved (6 of 22 replays hung with the strict replay order alone, 10 of 10 passed with the fix)
 }
 
 // knownFailures are fixed-set seeds that fail on a defect not fixed yet
 // (Defects, known.go): the fixed set skips them (saying so) until the
 // defect is fixed, then they come out of this list. Each names the defect it
 // fails on (the first one, when several).
-var knownFailures = map[uint64]string{
-	// Rejected batches past the gap, rejected less often than the batch
-	// before them, are replayed ahead of it and rejected again until each
-	// waits the retry list's 1 s cap. Replaying a batch only after every
-	// rejected one read before it fixes this seed but makes a copy behind a
-	// dead-letter route cycle (seed 1568310813552532710): the output nacks
-	// whole a batch that waited, its messages written by the previous owner
-	// included, and that input batch keeps merging with the waiting ones.
-	3199449999280772534: "k2k-stall",
-}
+var knownFailures = map[uint64]string{}
 
 // TestSimulate runs the simulation: the fixed seeds by default, or
 //
