@@ -194,3 +194,57 @@ func TestDedupeRenewAtNack(t *testing.T) {
 		t.Fatalf("OwedExpiry after the nack: %v, want the owed positions forgotten", err)
 	}
 }
+
+// PlanHold admits an owed replay from a batch that holds messages of its key
+// arriving before their turn, and holds back those messages and every later
+// one of the key above a held-back position (admitting one would make the
+// held-back one's replay look like a duplicate). Plan refuses the same batch
+// whole.
+func TestDedupePlanHold(t *testing.T) {
+	now := time.Unix(1000, 0)
+	d := NewDedupeState(0)
+	d.Load(map[string]int64{"a": 33, "b": 1})
+	d.Owe(kps("a", 34, 35), now)
+	b := []KeyPos{{"a", 36}, {"a", 34}, {"b", 2}, {"a", 35}, {"a", 37}, {"a", 33}, {"a", 36}}
+	if _, err := d.Plan(b, now); !errors.Is(err, ErrAwaitingReplay) {
+		t.Fatalf("Plan: %v, want ErrAwaitingReplay", err)
+	}
+	drop, hold, err := d.PlanHold(b, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a@36 waits for a@34 and a@35; a@34, b@2 and a@35 are admitted; a@37
+	// is above the held-back a@36; a@33 is a replay; the second a@36 is
+	// after the owed ones, at (not above) the held-back position: the
+	// held-back one's replay is then its duplicate.
+	wantDrop := []bool{false, false, false, false, false, true, false}
+	wantHold := []bool{true, false, false, false, true, false, false}
+	for i := range b {
+		if drop[i] != wantDrop[i] || (hold[i] != nil) != wantHold[i] {
+			t.Fatalf("%v: drop %v hold %v, want drop %v hold %v", b[i], drop[i], hold[i], wantDrop[i], wantHold[i])
+		}
+		if hold[i] != nil && !errors.Is(hold[i], ErrAwaitingReplay) {
+			t.Fatalf("%v: %v, want ErrAwaitingReplay", b[i], hold[i])
+		}
+	}
+	skip := make([]bool, len(b))
+	var held []KeyPos
+	for i := range b {
+		skip[i] = drop[i] || hold[i] != nil
+		if hold[i] != nil {
+			held = append(held, b[i])
+		}
+	}
+	d.Admit(b, skip)
+	d.Owe(held, now)
+	if d.Owed() != 1 {
+		t.Fatalf("owed %d, want 1 (a@37; a@36 was admitted)", d.Owed())
+	}
+	if _, err := d.Plan(kps("a", 38), now); !errors.Is(err, ErrAwaitingReplay) {
+		t.Fatalf("a@38 before the replay of a@37: %v, want ErrAwaitingReplay", err)
+	}
+	drop, err = d.Plan(kps("a", 36, 37), now)
+	if err != nil || !drop[0] || drop[1] {
+		t.Fatalf("replay of a@36 and a@37: drop %v, %v; want a@36 dropped, a@37 admitted", drop, err)
+	}
+}

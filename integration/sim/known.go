@@ -299,6 +299,21 @@ var Defects = []Defect{
 		},
 	},
 	{
+		Name: "dedupe-owed-crawl",
+		What: "kafka_eos dedupe mode with output batching: once a key owed a position (held back behind an " +
+			"oversized record a dead-letter route took, or of an aborted epoch), every output batch holding a " +
+			"message of the key above it was nacked whole, the owed replay with it; only a batch holding the " +
+			"owed replays first and in order moved the key on, and with the input's retry list replaying each " +
+			"nacked batch after its own growing wait (up to 1 s), merged with whatever else was due, such a " +
+			"batch became rare: a bounded run crawled a record a second or slower (seed 7559726458393081020, " +
+			"hung at 31 %). Fixed: a batch writes the owed replays it holds and nacks only the messages that " +
+			"arrived before their turn",
+		Match: func(r Result, f string) bool {
+			p := r.Plan
+			return p.Mode == ModeDedupe && p.Batching > 0 && strings.HasPrefix(f, "hang:")
+		},
+	},
+	{
 		Name: "retention-hang",
 		What: "kafka_native: a bounded read never finishes after retention deleted records of a paused partition",
 		Match: func(r Result, f string) bool {
