@@ -156,7 +156,8 @@ func RegisterCommitTakeover(res *service.Resources, group string, t CommitTakeov
 
 // ReleaseCommitTakeover undoes RegisterCommitTakeover of t (an output that
 // closed, or a test modelling a new process on the same resources); it does
-// nothing if another takeover is registered.
+// nothing if another takeover is registered. The group's inputs then commit
+// nothing (Released) until another takeover registers.
 func ReleaseCommitTakeover(res *service.Resources, group string, t CommitTakeover) {
 	takeoverMu.Lock()
 	defer takeoverMu.Unlock()
@@ -181,6 +182,22 @@ func Lookup(res *service.Resources, group string) (CommitTakeover, bool) {
 	}
 	t, ok := v.(CommitTakeover)
 	return t, ok
+}
+
+// Released reports whether a CommitTakeover was registered for group on the
+// resources of res's stream and has since been released (its output closed,
+// for instance after a fatal error). The input must then not commit the
+// group's offsets itself: a plain OffsetCommit is fenced by nothing, so the
+// positions of a stopped instance (even where it started) would overwrite what
+// a successor committed since in its transactions, moving the group's offsets
+// backwards.
+func Released(res *service.Resources, group string) bool {
+	v, ok := res.GetGeneric(takeoverKey{group})
+	if !ok {
+		return false
+	}
+	_, r := v.(released)
+	return r
 }
 
 type arrowKey struct{}

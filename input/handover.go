@@ -2,6 +2,7 @@ package input
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -85,9 +86,15 @@ func keptStarts(ctx context.Context, res *service.Resources, group string, l *li
 	return nil
 }
 
+// errTakeoverReleased is what a commit returns once the output that
+// committed the group's offsets in its transactions closed.
+var errTakeoverReleased = errors.New("kafka_native: the kafka_eos output that commits this consumer group's offsets in its transactions has closed; " +
+	"the acknowledged positions are not committed outside a transaction (that could move the group's offsets back past a successor's), the next start resumes from what the output committed")
+
 // handoverCommitter commits through the group's CommitTakeover when one is
 // registered (looked up on every commit, so registration order does not
-// matter) and directly to the group otherwise. When the takeover keeps the
+// matter) and directly to the group if none ever was; once the takeover is
+// released (its output closed), it commits nothing (errTakeoverReleased). When the takeover keeps the
 // positions itself on another cluster (a PositionKeeper), the positions it
 // took are also committed directly to the group, after the fact: the group's
 // offsets then show the copy's progress to lag tools on the cluster read, and
@@ -104,6 +111,9 @@ type handoverCommitter struct {
 func (h *handoverCommitter) CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error {
 	t, ok := handover.Lookup(h.res, h.group)
 	if !ok {
+		if handover.Released(h.res, h.group) {
+			return fmt.Errorf("%w: group %s", errTakeoverReleased, h.group)
+		}
 		return h.direct.CommitOffsets(ctx, offsets)
 	}
 	if err := t.CommitOffsets(ctx, offsets); err != nil {

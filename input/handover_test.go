@@ -293,3 +293,70 @@ func TestFinalCommitWaitsForTakeover(t *testing.T) {
 		})
 	}
 }
+
+// recordingCommitter is a direct committer that records its calls.
+type recordingCommitter struct {
+	mu    sync.Mutex
+	calls []map[string]map[int32]int64
+}
+
+func (r *recordingCommitter) CommitOffsets(_ context.Context, offs map[string]map[int32]int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, offs)
+	return nil
+}
+
+// TestReleasedTakeoverCommitsNothing: once the output that commits the group's
+// offsets in its transactions closed (a fatal error stopped it while the input
+// still ran), the input commits nothing itself. A woken zombie whose output
+// stopped on an in-doubt epoch read its partition to the stop with nothing
+// acknowledged and, on Close, committed where it had started (offset 0)
+// directly to the group: a plain commit with generation -1 that Kafka takes
+// from anyone, overwriting what its successor had committed in its
+// transactions.
+func TestReleasedTakeoverCommitsNothing(t *testing.T) {
+	e := newKfakeEnv(t)
+	topic := e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", 3)...)
+	group := uniq(t, "g")
+	res := service.MockResources()
+	ft := &fakeTakeover{offsets: map[string]map[int32]int64{}}
+	require.NoError(t, handover.RegisterCommitTakeover(res, group, ft))
+	h := e.newInputWith(t, fmt.Sprintf("topics: [ %s ]\nconsumer_group: %s\nstop_offset: latest\ncommit_period: 10ms\n", topic, group), res)
+	h.mustConnect()
+
+	// The whole partition is read, nothing is acknowledged (the output
+	// failed the epoch that held it).
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	for n := 0; n < 3; {
+		b, _, err := h.in.ReadBatch(ctx)
+		require.NoError(t, err)
+		n += len(b)
+	}
+	// The successor committed the partition's end in its transactions;
+	// then this instance's output closed.
+	e.commit(t, group, topic, 0, 3)
+	handover.ReleaseCommitTakeover(res, group, ft)
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ccancel()
+	require.NoError(t, h.in.Close(cctx)) // commits on close
+	assert.Equal(t, int64(3), e.committed(t, group, topic, 0), "the input committed to the group itself after its takeover closed")
+
+	// The committer: direct when no takeover was ever registered, nothing
+	// once one was released.
+	direct := &recordingCommitter{}
+	offs := map[string]map[int32]int64{topic: {0: 0}}
+	hc := &handoverCommitter{res: service.MockResources(), group: group, direct: direct}
+	require.NoError(t, hc.CommitOffsets(ctx, offs))
+	assert.Len(t, direct.calls, 1, "no takeover: the input commits to the group")
+	hc = &handoverCommitter{res: res, group: group, direct: direct}
+	require.ErrorIs(t, hc.CommitOffsets(ctx, offs), errTakeoverReleased)
+	assert.Len(t, direct.calls, 1, "a released takeover: nothing committed directly")
+	ft2 := &fakeTakeover{offsets: map[string]map[int32]int64{}}
+	require.NoError(t, handover.RegisterCommitTakeover(res, group, ft2))
+	require.NoError(t, hc.CommitOffsets(ctx, offs))
+	assert.Equal(t, 1, ft2.calls, "a takeover registered again takes the commits")
+	assert.Len(t, direct.calls, 1)
+}
