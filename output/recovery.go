@@ -3,6 +3,7 @@ package output
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -115,6 +116,7 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 		inDoubt = append(inDoubt, txnstate.InDoubt{Record: sr.r, Outcome: out})
 		slotOf[sr.r.Epoch] = sr.n
 	}
+	o.markReplayed(ctx, inDoubt)
 	decisions, cerr := txnstate.Resolve(o.conf.mode, inDoubt, o.conf.override)
 	rec.decided = map[int]decided{}
 	for _, d := range decisions {
@@ -161,6 +163,79 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 		}
 	}
 	return rec, nil
+}
+
+// markReplayed sets Replayed, in Kafka-to-Kafka mode, on each in-doubt epoch
+// found aborted before a later one found committed whose batches were
+// committed again since: the group's committed offsets are at or past every
+// source offset it would have committed. Offsets move only over a contiguous
+// committed run (I8), so its records were written again in a committed
+// epoch, and its abort leaves no gap for the later commit to contradict
+// (txnstate.Resolve). Its record is stale, not a sign of a broken order: a
+// PREPARE whose write timed out can land after the ABORTED written once the
+// epoch aborted (or after the slot's later epochs), while the instance went
+// on and replayed the epoch. An epoch that stored no source offsets, or
+// whose offsets the group has not reached, is left as it is: a later epoch
+// committed over a gap it left still stops the start. (An epoch whose offset
+// was held at a message a dead-letter route had not taken yet stored the
+// held offset, which says nothing of the records it wrote past it: a group
+// still at exactly that offset passes the check without showing them
+// committed again.)
+//
+// The offsets are read without RequireStable: only committed ones count,
+// and an open in-doubt epoch's pending ones would make a stable read wait.
+// A read that fails leaves every epoch as it is.
+func (o *output) markReplayed(ctx context.Context, in []txnstate.InDoubt) {
+	if o.conf.mode != txnstate.KafkaToKafka || o.k2k == nil {
+		return
+	}
+	var lastCommitted uint64
+	for _, d := range in {
+		if d.Outcome == txnstate.FoundCommitted {
+			lastCommitted = max(lastCommitted, d.Record.Epoch)
+		}
+	}
+	need := false
+	for _, d := range in {
+		if d.Outcome == txnstate.FoundAborted && d.Record.Epoch < lastCommitted && len(d.Record.SourceOffsets) > 0 && d.Record.Group == o.k2k.group {
+			need = true
+		}
+	}
+	if !need {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, max(o.conf.commitBudget, 5*time.Second))
+	defer cancel()
+	var resp kadm.OffsetResponses
+	err := retryRetriable(fctx, func() error {
+		var err error
+		resp, err = kadm.NewClient(o.admin).FetchOffsets(fctx, o.k2k.group)
+		if err == nil {
+			err = resp.Error()
+		}
+		return err
+	})
+	if err != nil {
+		o.log.Warnf("kafka_eos: recovery: fetching the committed offsets of group %s (to tell whether an aborted epoch was replayed since): %v", o.k2k.group, err)
+		return
+	}
+	for i, d := range in {
+		if d.Outcome != txnstate.FoundAborted || d.Record.Epoch >= lastCommitted || len(d.Record.SourceOffsets) == 0 || d.Record.Group != o.k2k.group {
+			continue
+		}
+		replayed := true
+		for _, so := range d.Record.SourceOffsets {
+			r, ok := resp.Lookup(so.Topic, so.Partition)
+			if !ok || r.Err != nil || r.At < so.Offset {
+				replayed = false
+				break
+			}
+		}
+		if replayed {
+			o.log.Infof("kafka_eos: recovery: epoch %d on %q aborted, and group %s has committed past its source offsets since: its batches were written again", d.Record.Epoch, d.Record.TransactionalID, o.k2k.group)
+			in[i].Replayed = true
+		}
+	}
 }
 
 // observe establishes what one in-doubt epoch became, exactly or Unknown.

@@ -94,6 +94,16 @@ const (
 type InDoubt struct {
 	Record  Record
 	Outcome Outcome
+	// Replayed: the epoch's batches were written again and committed
+	// since it aborted (Kafka-to-Kafka: the group's committed offsets are
+	// at or past every source offset the epoch would have committed;
+	// offsets move only over a contiguous committed run, invariant I8).
+	// Its abort then leaves no gap, and a later epoch found committed is
+	// no contradiction. Counts for a FoundAborted epoch only: its record
+	// can be stale (a PREPARE whose write timed out lands after the
+	// ABORTED written over it, or after the slot's later epochs), while
+	// the instance that aborted it went on and replayed it.
+	Replayed bool
 }
 
 // Decision is Resolve's answer for one in-doubt epoch.
@@ -116,8 +126,10 @@ var ErrContradiction = errors.New("txnstate: epoch committed after an earlier ab
 // transaction version 0, in every mode, and resumed otherwise (Kafka-to-Kafka,
 // dedupe and mirror under version 2); an unknown one stops recovery unless overridden, and so does
 // every later one (its fate depends on the earlier one's). A later epoch
-// found committed after an aborted one is a contradiction: Stop and an error
-// wrapping ErrContradiction.
+// found committed after an aborted one is a contradiction (Stop and an error
+// wrapping ErrContradiction), unless every aborted one before it is
+// Replayed: a found-aborted epoch whose batches were committed again since
+// aborts nothing after it.
 func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 	in = slices.Clone(in)
 	slices.SortStableFunc(in, func(a, b InDoubt) int {
@@ -156,6 +168,9 @@ func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 				dec.Action, dec.Reason = MarkCommitted, "found committed"
 			case FoundAborted:
 				dec.Action, dec.Reason = MarkAborted, "found aborted"
+				if d.Replayed {
+					dec.Reason = "found aborted; its batches were committed again since"
+				}
 			case StillOpen:
 				switch {
 				case mode == Plain:
@@ -202,7 +217,8 @@ func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 					stopped = true
 				}
 			}
-			if dec.Action == MarkAborted || dec.Action == AbortOpen {
+			replayed := d.Replayed && d.Outcome == FoundAborted
+			if (dec.Action == MarkAborted || dec.Action == AbortOpen) && !replayed {
 				e := d.Record.Epoch
 				abortedAt = &e
 			}
