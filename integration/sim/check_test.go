@@ -180,6 +180,11 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{KfakeUnknown: 4, Deleted: 500}}, "hang: the run did not end within 45s", "kfake-unknown-loop"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{Deleted: 500}}, "hang: the run did not end within 45s", "retention-hang"},
 		{Result{Plan: Plan{Mode: ModeMembers, AbortedTxns: 3}, Stats: Stats{CacheFaults: 3}}, "hang: the run did not end within 45s (progress 0.98: in/1 committed 0 of 12, ...)", "offsets-only-abort"},
+		// Seed 1548330889915747987 before the fix: every start stopped on
+		// recovery's contradiction (the first instance's log also held
+		// batches waiting for the batch before them).
+		{Result{Plan: Plan{Mode: ModeK2K, CacheFaults: []CacheFault{{Op: "set", At: 3, Count: 1, Slow: time.Second}}}, Stats: Stats{InDoubtStops: 18, FatalExits: 18}},
+			"hang: the run did not end within 2m12s (progress 0.01: in/0 committed 5 of 612, ...) [" + stallContradiction + "]", "stale-abort-contradiction"},
 		// Seeds 8161861579037314397 and 1327419902656170225, FAIL(new) in
 		// sweeps run before dlq-crash-loss was known: a zombie froze the
 		// instance between the epoch that committed past the record and

@@ -58,6 +58,18 @@ var Defects = []Defect{
 		},
 	},
 	{
+		Name: "stale-abort-contradiction",
+		What: "kafka_eos recovery, Kafka-to-Kafka: a slot's record still said PREPARED for an epoch the " +
+			"instance had aborted and replayed (its PREPARE write timed out and landed late, over the ABORTED " +
+			"written after it); recovery found that epoch aborted and a later in-doubt epoch committed, called it " +
+			"a contradiction, and every start stopped (the copy never ended). Fixed: an aborted epoch whose source " +
+			"offsets the group's committed offsets have reached (its batches committed again since) bars nothing " +
+			"after it; one the group has not reached still stops the start",
+		Match: func(r Result, f string) bool {
+			return r.Plan.Mode.k2k() && strings.Contains(f, "committed after an earlier aborted epoch")
+		},
+	},
+	{
 		Name: "members-oversized-stall",
 		What: "Kafka-to-Kafka with group_membership and an oversized record (taken by the dead-letter output): " +
 			"the copy stops just short of the end with nothing logged, the group's lag never reaches 0 " +

@@ -456,9 +456,22 @@ func (r *runner) restart(m int) {
 	}
 }
 
+// stallContradiction is stallHint's words for starts that all stop on
+// recovery's contradiction (an epoch found committed after an earlier one
+// found aborted).
+const stallContradiction = "every start stops: an epoch committed after an earlier aborted epoch"
+
 // stallHint names what the instances' logs say about a stall, if anything
 // known.
 func (r *runner) stallHint() string {
+	for _, in := range r.all {
+		// Every start stopping on recovery's contradiction also leaves
+		// batches that waited for the batch before them in the first
+		// instance's log: named first.
+		if b, err := os.ReadFile(in.logf); err == nil && strings.Contains(string(b), "committed after an earlier aborted epoch") {
+			return " [" + stallContradiction + "]"
+		}
+	}
 	for _, in := range r.all {
 		b, err := os.ReadFile(in.logf)
 		// "waited 5s for the batch before it", "waited 1s ...", "the
