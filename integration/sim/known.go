@@ -248,7 +248,15 @@ var Defects = []Defect{
 	},
 	{
 		Name: "offsets-backwards",
-		What: "a committed offset of the input's group moves backwards",
+		What: "a committed offset of the input's group moves backwards. Seen: kafka_native behind a kafka_eos " +
+			"output that commits the group's offsets in its transactions fell back to a plain OffsetCommit " +
+			"(generation -1, taken from anyone) once that output closed: a woken zombie whose output stopped on " +
+			"an in-doubt epoch committed on close where it had started (0) over its successor's stops (seed " +
+			"1568310813552532710, in/0 339 -> 0), or its own reach without the held offset's metadata over the " +
+			"successor's offset held at a dead-letter record (61 over 56 in a traced replay), so that a next " +
+			"owner would copy again what the metadata said was written (the replay that copied 120 records twice " +
+			"started its third instance at 187, the zombie's reach). Fixed: once the output closed, the input " +
+			"commits nothing",
 		Match: func(r Result, f string) bool {
 			if r.Plan.Mode == ModePlainKafka && r.Stats.Zombies > 0 {
 				return false // plain-zombie-commit

@@ -46,7 +46,7 @@ var regressionSeeds = []uint64{
 	1168559996639554840, // probe-error-hidden: Kafka-to-Kafka, recovery's probe Fetch refused with TOPIC_AUTHORIZATION_FAILED
 	578523987098250037,  // k2k-stall with output batching: k2k members, an epoch aborted behind a dead-letter route, its nacks replayed shuffled and half a second apart by Benthos' retry list (6 of 6 replays hung before the fix, 5 of 5 passed on it)
 	3199449999280772534, // k2k-stall with output batching, max_in_flight 64, epochs aborted on cache-set faults: the batches past the gap, rejected less often, were replayed ahead of the batch before them and rejected again until each waited the retry list's 1 s cap (2 of 3 and 1 of 1 replays hung before the fix, 5 of 5 passed on it)
-	1568310813552532710, // k2k-stall behind a dead-letter route (3 partitions, a zombie, output batching 50, max_in_flight 64): the batch-mates of the record the route took, written by the previous owner, were nacked whole with the records they merged with after those waited, so the offset held at that record never moved (2 of 10 replays hung with the strict replay order alone, 0 of 37 with the fix; see knownFailures)
+	1568310813552532710, // k2k-stall behind a dead-letter route (3 partitions, a zombie, output batching 50, max_in_flight 64): the batch-mates of the record the route took, written by the previous owner, were nacked whole with the records they merged with after those waited, so the offset held at that record never moved (2 of 10 replays hung with the strict replay order alone, 0 of 37 with the fix); and offsets-backwards: the woken zombie, its output stopped on an in-doubt epoch, committed in/0 itself on close (0 over its successor's 339 in 5 of 58 replays; 0 of 110 with the input committing nothing once the output closed, one of them a kfake-unknown-loop hang)
 	7559726458393081020, // dedupe-owed-crawl: dedupe, output batching 3, in_batch 1, an oversized record first in its output batch held its key's next two back; the replays behind them were nacked whole, over and over (FAIL(new) hang at 31 % in a sweep; 2 of 6 replays hung before the fix, 0 of 15 on it)
 	1548330889915747987, // stale-abort-contradiction: k2k, TV0, pool 3, a slow cache set: epoch 1's PREPARE timed out and landed after its ABORTED, a later epoch's EndTxn outcome unknown; every start stopped on "epoch 12 committed after epoch 1 aborted" though epoch 1 had been replayed (FAIL(k2k-stall) hang in a sweep; 2 of 3 replays hung before the fix, 0 of 9 on it)
 }
@@ -55,15 +55,7 @@ var regressionSeeds = []uint64{
 // (Defects, known.go): the fixed set skips them (saying so) until the
 // defect is fixed, then they come out of this list. Each names the defect it
 // fails on (the first one, when several).
-var knownFailures = map[uint64]string{
-	// The k2k-stall it was added for is fixed (no hang in 37 replays), but
-	// the seed fails on other defects now and then: in/0's committed
-	// offset moves from 339 back to 0 after the run (2 of 37 replays, 1 of
-	// 15 on the tree before the fix), and one replay of 37 (one of 10 with
-	// the strict replay order alone) copied 120 records twice after the
-	// zombie's in-doubt epoch.
-	1568310813552532710: "offsets-backwards",
-}
+var knownFailures = map[uint64]string{}
 
 // TestSimulate runs the simulation: the fixed seeds by default, or
 //
