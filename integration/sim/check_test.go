@@ -176,6 +176,10 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		{Result{Plan: members, Stats: Stats{Zombies: 1}}, "the committed offset of in/2 moved backwards from 65 to 62", "offsets-backwards"},
 		{Result{Plan: stateAuth}, "the fatal fault Produce#16x-1:TOPIC_AUTHORIZATION_FAILED hit, and no instance stopped on it within 20s", "state-auth-retry"},
 		{Result{Plan: probe}, `m0.1 stopped on a fatal error that does not name the injected TOPIC_AUTHORIZATION_FAILED: "fatal: kafka_eos: epoch 11 is in doubt: unknown: the broker and the probe identify nothing"`, "probe-error-hidden"},
+		// Seed 1099609616224070459: kfake's timeout abort read as a fence
+		// with the plan's fatal Fetch fault active; with a zombie it is not
+		// kfake's (ZombieFence covers a fence where a zombie ran).
+		{Result{Plan: probe}, `m0.2 stopped on a fatal error that does not name the injected TOPIC_AUTHORIZATION_FAILED: "fatal: kafka_eos: transactional id \"sim-0-0\" was fenced by another producer (is a second instance running with this transactional_id?): PRODUCER_FENCED"`, "kfake-timeout-fence"},
 		{Result{Plan: Plan{Mode: ModeMembers, Oversized: []int{3}, Retention: true}}, "hang: the run did not end within 45s", "members-oversized-stall"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{KfakeUnknown: 4, Deleted: 500}}, "hang: the run did not end within 45s", "kfake-unknown-loop"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{Deleted: 500}}, "hang: the run did not end within 45s", "retention-hang"},
@@ -212,12 +216,17 @@ func TestOnlyLimits(t *testing.T) {
 	if !OnlyLimits(plainZombie) {
 		t.Errorf("plain mode's woken zombie moving the group back: want limitation only")
 	}
+	fenced := `m0.2 stopped on a fatal error that does not name the injected TOPIC_AUTHORIZATION_FAILED: "fatal: kafka_eos: transactional id \"sim-0-0\" was fenced by another producer"`
+	if !OnlyLimits(Result{Plan: Plan{Mode: ModeArrow}, Failures: []string{fenced}}) {
+		t.Errorf("kfake's timeout abort read as a fence with no zombie: want limitation only")
+	}
 	for name, r := range map[string]Result{
 		"ok":                   {Plan: Plan{Mode: ModeK2K}},
 		"hang, no kfake":       {Plan: Plan{Mode: ModeK2K}, Failures: []string{hang}},
 		"loop and a loss":      {Plan: Plan{Mode: ModeK2K}, Stats: Stats{KfakeUnknown: 3}, Failures: []string{hang, "lost: 3 records"}},
 		"loop and new":         {Plan: Plan{Mode: ModeK2K}, Stats: Stats{KfakeUnknown: 3}, Failures: []string{hang, "something nobody has seen"}},
 		"backwards, no zombie": {Plan: Plan{Mode: ModePlainKafka}, Failures: []string{"the committed offset of in/2 moved backwards from 65 to 62"}},
+		"fence with a zombie":  {Plan: Plan{Mode: ModeK2K}, Stats: Stats{Zombies: 1}, Failures: []string{fenced}},
 	} {
 		if OnlyLimits(r) {
 			t.Errorf("%s: OnlyLimits = true, want false", name)
