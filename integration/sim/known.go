@@ -160,6 +160,20 @@ var Defects = []Defect{
 		},
 	},
 	{
+		Name: "zombie-rewarm",
+		What: "kafka_eos: a woken zombie re-initialises a slot and takes its transactional id back: frozen in the " +
+			"retried COMMITTED write of an epoch that committed on a slot whose client was spent (marked for a new " +
+			"one), it wakes, the write lands (the rival had not written the slot yet, or the write had landed before " +
+			"the freeze), and rewarm's fresh InitProducerID fences whoever owns the slot now (a live instance would " +
+			"stop on the fence); the zombie then writes its pending batches there in a new transaction and stops on " +
+			"another slot's fence, leaving that transaction open until the transaction timeout aborts it (read_committed " +
+			"readers of its partitions held back meanwhile). Seen once, seed 7353689995965390664 (0 of 15 replays failed; in 1 the " +
+			"zombie's InitProducerID and Produce after its wake showed, before the last start's InitProducerID, which aborted them)",
+		Match: func(r Result, f string) bool {
+			return r.Stats.Zombies > 0 && strings.HasPrefix(f, "transactions left open on the output")
+		},
+	},
+	{
 		Name: "headers",
 		What: "kafka_native: a record's headers overwrite the input's own metadata (kafka_partition, " +
 			"kafka_key, kafka_offset): a copy partitioned or keyed by that metadata takes the header's value",
