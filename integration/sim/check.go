@@ -266,6 +266,14 @@ var recoveryLine = regexp.MustCompile(`kafka_eos: recovery: epoch (\d+) on \\"([
 // either): the previous owner's record is the slot's.
 var notWrittenLine = regexp.MustCompile(`kafka_eos: recovery: slot \\"([^"\\]+)\\" holds epoch \d+ [A-Z]+, written by its previous owner after recovery read epoch (\d+) there`)
 
+// readyLine ends a connect attempt that wrote its recovery decisions (they
+// are written once the slots are fenced, before this line); connectFailedLine
+// ends one that may not have (Benthos's line for a failed Connect).
+var (
+	readyLine         = regexp.MustCompile(`kafka_eos: \d+ slots of \\"[^"\\]+\\" ready`)
+	connectFailedLine = regexp.MustCompile(`Failed to connect to kafka_eos`)
+)
+
 // slotRecord is the part of a slot record (the state cache's recovery
 // identity of an epoch) the checker reads.
 type slotRecord struct {
@@ -344,7 +352,32 @@ func (r *runner) checkRecovery(view *logView) {
 			epoch, _ := strconv.ParseUint(string(b[m[4]:m[5]]), 10, 64)
 			lines = append(lines, line{m[0], decided{epoch, string(b[m[2]:m[3]])}, "not-written"})
 		}
+		// A decision of a connect attempt that did not get its slots
+		// ready (killed, or failed and retried, before the fence) was
+		// never written: the previous owner, still running, may commit
+		// the epoch it decided to abort. It is not checked (nor one
+		// written by an attempt that failed after the fence, rare).
+		for _, m := range readyLine.FindAllStringIndex(string(b), -1) {
+			lines = append(lines, line{at: m[0], action: "ready"})
+		}
+		for _, m := range connectFailedLine.FindAllStringIndex(string(b), -1) {
+			lines = append(lines, line{at: m[0], action: "failed"})
+		}
 		sort.Slice(lines, func(i, j int) bool { return lines[i].at < lines[j].at })
+		var pending []line
+		kept := lines[:0:0]
+		for _, l := range lines {
+			switch l.action {
+			case "ready":
+				kept = append(kept, pending...)
+				pending = nil
+			case "failed":
+				pending = nil
+			default:
+				pending = append(pending, l)
+			}
+		}
+		lines = kept
 		var order []decided
 		last := map[decided]string{}
 		for _, l := range lines {

@@ -102,11 +102,25 @@ func TestCheckerFindsPlantedFaults(t *testing.T) {
 		"partitions": []map[string]any{{"topic": outTopic, "partition": 0, "first_offset": committed[0].Offset, "pid": committed[0].ProducerID}},
 	})
 	st.slotWrites = append(st.slotWrites, prepare)
+	// Not failures either: committed epochs 9 and 10 decided abort-open by
+	// connect attempts that never got their slots ready (one failed and
+	// was retried, one was killed): those decisions were never written.
+	for _, e := range []int{9, 10} {
+		prepare, _ = json.Marshal(map[string]any{
+			"transactional_id": "sim-0-0", "epoch": e, "producer_id": committed[0].ProducerID, "state": "PREPARED",
+			"partitions": []map[string]any{{"topic": outTopic, "partition": 0, "first_offset": committed[0].Offset, "pid": committed[0].ProducerID}},
+		})
+		st.slotWrites = append(st.slotWrites, prepare)
+	}
 	dir := t.TempDir()
 	logf := filepath.Join(dir, "m0.log")
-	line := `time="x" level=info msg="kafka_eos: recovery: epoch 7 on \"sim-0-1\": mark-committed (found committed)"` + "\n" +
+	line := `time="x" level=info msg="kafka_eos: recovery: epoch 9 on \"sim-0-0\": abort-open (observed open)"` + "\n" +
+		`time="x" level=error msg="Failed to connect to kafka_eos: transactional id \"sim-0-0\": init producer id: broker closed the connection"` + "\n" +
+		`time="x" level=info msg="kafka_eos: recovery: epoch 7 on \"sim-0-1\": mark-committed (found committed)"` + "\n" +
 		`time="x" level=info msg="kafka_eos: recovery: epoch 8 on \"sim-0-2\": abort-open (observed open)"` + "\n" +
-		`time="x" level=info msg="kafka_eos: recovery: slot \"sim-0-2\" holds epoch 8 COMMITTED, written by its previous owner after recovery read epoch 8 there: the decision on epoch 8 is not written over it"` + "\n"
+		`time="x" level=info msg="kafka_eos: recovery: slot \"sim-0-2\" holds epoch 8 COMMITTED, written by its previous owner after recovery read epoch 8 there: the decision on epoch 8 is not written over it"` + "\n" +
+		`time="x" level=info msg="kafka_eos: 3 slots of \"sim-0\" ready (transaction version 0), next epoch 11"` + "\n" +
+		`time="x" level=info msg="kafka_eos: recovery: epoch 10 on \"sim-0-0\": abort-open (observed open)"` + "\n"
 	if err := os.WriteFile(logf, []byte(line), 0o644); err != nil {
 		t.Fatal(err)
 	}
