@@ -303,6 +303,14 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		return
 	}
 	o.m.buffered.Set(o.bufferedBytes())
+	if ep.slot.broken {
+		// The client is spent (an in-doubt commit, offsets only):
+		// before a new one takes the id, is it still ours?
+		if rerr := o.rivalAfterCommit(ctx, ep, rec); rerr != nil {
+			o.zombie(ep.slot, rerr)
+			return
+		}
+	}
 	o.rewarm(ctx, ep.slot)                // after an in-doubt commit the client is spent
 	o.releaseChecked(ep, true, committed) // hanging.go
 }
@@ -657,19 +665,39 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 // is re-initialised as before: stopping there would stop every pipeline whose
 // abort timed out on a slow broker, and our own timeout must abort and go on.
 func (o *output) rivalAfterAbort(ctx context.Context, ep *epoch, pid int64, e int16, endErr error) error {
+	return o.rivalAfterEnd(ctx, ep, pid, e, o.mayHaveTimedOut(ep),
+		fmt.Sprintf("the abort of epoch %d (producer id %d, epoch %d) left its outcome unknown to the client (%v)", ep.n, pid, e, endErr))
+}
+
+// rivalAfterCommit is rivalAfterAbort for a slot whose epoch committed (rec)
+// on a client that is spent (the slot gets a new one next): an instance
+// frozen since the commit (in the retried COMMITTED write, say) may have been
+// fenced by another that took the transactional id meanwhile, and the new
+// client's InitProducerID would take it back. A commit leaves the producer id
+// at the epoch an abort leaves (e under transaction version 0, e+1 under 2);
+// a committed transaction is not aborted by the coordinator's timeout.
+func (o *output) rivalAfterCommit(ctx context.Context, ep *epoch, rec txnstate.Record) error {
+	return o.rivalAfterEnd(ctx, ep, rec.ProducerID, rec.ProducerEpoch, false,
+		fmt.Sprintf("epoch %d committed (producer id %d, epoch %d) on a client that is replaced", ep.n, rec.ProducerID, rec.ProducerEpoch))
+}
+
+// rivalAfterEnd is the check of rivalAfterAbort and rivalAfterCommit: what
+// says how the transaction of producer id pid, epoch e ended; timedOut whether
+// the coordinator can have aborted it for its timeout.
+func (o *output) rivalAfterEnd(ctx context.Context, ep *epoch, pid int64, e int16, timedOut bool, what string) error {
 	s := ep.slot
 	dctx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
 	defer cancel()
 	obs, err := o.describe(dctx, s.id)
 	if err != nil {
-		o.log.Warnf("kafka_eos: describing %q after an abort with an unknown outcome, re-initialising it: %v", s.id, err)
+		o.log.Warnf("kafka_eos: describing %q after %s, re-initialising it: %v", s.id, what, err)
 		return nil
 	}
-	switch txnstate.ClassifyAbort(pid, e, s.tv, obs, o.mayHaveTimedOut(ep)) {
+	switch txnstate.ClassifyAbort(pid, e, s.tv, obs, timedOut) {
 	case txnstate.AbortRival:
-		return fmt.Errorf("the abort of epoch %d (producer id %d, epoch %d) left its outcome unknown to the client (%v) and the broker shows %v: another producer initialised the transactional id", ep.n, pid, e, endErr, obs)
+		return fmt.Errorf("%s and the broker shows %v: another producer initialised the transactional id", what, obs)
 	case txnstate.AbortUnclear:
-		o.log.Warnf("kafka_eos: the abort of epoch %d on %q got no answer and the broker shows %v, which does not tell another producer from our abort: re-initialising it", ep.n, s.id, obs)
+		o.log.Warnf("kafka_eos: %s and the broker shows %v on %q, which does not tell another producer from our own: re-initialising it", what, obs, s.id)
 	}
 	return nil
 }

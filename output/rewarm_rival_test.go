@@ -1,0 +1,108 @@
+package output
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/connect-eos/connect-eos/txnstate"
+)
+
+// An epoch commits on a client that is then spent (its EndTxn's answer was
+// lost: the in-doubt retry establishes the commit, and the slot gets a new
+// client before its next epoch), and the instance, frozen after the commit,
+// is fenced meanwhile by another that initialises the slot's transactional
+// id. The new client's InitProducerID would take the id back from that
+// instance (fencing a live owner), and the zombie would write its pending
+// batches there. The output stops as a zombie instead, without an
+// InitProducerID for the id, and the other instance commits on it.
+func TestRewarmAfterCommitNotStealing(t *testing.T) {
+	for _, tv := range dedupeTVs {
+		t.Run(tv.name, func(t *testing.T) {
+			fc, restore := catchFatal()
+			defer restore()
+			c := newCluster(t, tv.opts...)
+			brokers := c.ListenAddrs()
+			a := newTestOutput(t, newResources(), yamlFor(brokers, testTopic, "rewarm", ""))
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			writeReplaying(ctx, t, a, batchOf("a", 2))
+
+			a.mu.Lock()
+			n := a.nextEpoch
+			slot := a.slots[txnstate.SlotFor(n, len(a.slots))]
+			a.mu.Unlock()
+			// The commit is applied and its answer lost.
+			a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
+				if err := cl.EndTransaction(ctx, how); err != nil {
+					return err
+				}
+				return context.DeadlineExceeded
+			}
+			var inits atomic.Int32
+			var rival *kgo.Client
+			var rpid int64
+			var repoch int16
+			var rerr error
+			a.hooks = &testHooks{atStep: func(s commitStep, m uint64) error {
+				if s != stepEnded || m != n {
+					return nil
+				}
+				// Frozen after the commit: the other instance
+				// takes the transactional id.
+				rival, rerr = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(slot.id),
+					kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(testTopic))
+				if rerr == nil {
+					rpid, repoch, rerr = rival.ProducerID(ctx)
+				}
+				c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+					c.KeepControl()
+					if req := kreq.(*kmsg.InitProducerIDRequest); req.TransactionalID != nil && *req.TransactionalID == slot.id {
+						inits.Add(1)
+					}
+					return nil, nil, false
+				})
+				return nil
+			}}
+			werr := a.WriteBatch(ctx, batchOf("b", 2))
+			if rival != nil {
+				defer rival.Close()
+			}
+			if rerr != nil {
+				t.Fatalf("the other instance's InitProducerID: %v", rerr)
+			}
+			if werr != nil {
+				t.Errorf("the committed epoch's batch: %v, want it acked", werr)
+			}
+			// Without the check, the output goes on (no stop): the
+			// wait ends at its deadline and the checks below say why.
+			for deadline := time.Now().Add(20 * time.Second); fc.err() == nil && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			var fe *FencedError
+			if !errors.As(fc.err(), &fe) || fe.TransactionalID != slot.id {
+				t.Errorf("stopped with %v, want a zombie stop (FencedError) on %q", fc.err(), slot.id)
+			}
+			if got := inits.Load(); got != 0 {
+				t.Errorf("%d InitProducerID for %q after the other instance took it, want none", got, slot.id)
+			}
+			if obs, err := a.describe(ctx, slot.id); err != nil || obs.ProducerID != rpid || obs.ProducerEpoch != repoch {
+				t.Errorf("broker shows %+v (%v), want the other instance's producer id %d epoch %d", obs, err, rpid, repoch)
+			}
+			if err := rival.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rival.ProduceSync(ctx, &kgo.Record{Value: []byte("rival-0")}).FirstErr(); err != nil {
+				t.Errorf("the other instance's produce: %v", err)
+			}
+			if err := rival.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				t.Errorf("the other instance's commit: %v (fenced by the output's re-initialisation)", err)
+			}
+		})
+	}
+}
