@@ -168,7 +168,11 @@ var Defects = []Defect{
 			"stop on the fence); the zombie then writes its pending batches there in a new transaction and stops on " +
 			"another slot's fence, leaving that transaction open until the transaction timeout aborts it (read_committed " +
 			"readers of its partitions held back meanwhile). Seen once, seed 7353689995965390664 (0 of 15 replays failed; in 1 the " +
-			"zombie's InitProducerID and Produce after its wake showed, before the last start's InitProducerID, which aborted them)",
+			"zombie's InitProducerID and Produce after its wake showed, before the last start's InitProducerID, which aborted them). " +
+			"Fixed: before a committed epoch's slot gets its new client, DescribeTransactions of its transactional id " +
+			"is asked, as after an abort whose outcome the client does not know: another producer id, or a producer " +
+			"epoch past the one the commit left (e under transaction version 0, e+1 under 2), stops the output as " +
+			"fenced, without an InitProducerID",
 		Match: func(r Result, f string) bool {
 			return r.Stats.Zombies > 0 && strings.HasPrefix(f, "transactions left open on the output")
 		},
