@@ -33,10 +33,9 @@ import (
 // with the positions of every slot record in state COMMITTED (a crash
 // between COMMITTED and the P/positions write loses nothing).
 
-// ErrAwaitingReplay is wrapped by the error of a message nacked because it
-// reached the output before the replay of an owed position of the same key
-// (an aborted epoch's, or a message's nacked before): Benthos replays it
-// after them. The batch is nacked whole when none of it can be written.
+// ErrAwaitingReplay is wrapped by the error of a batch nacked because it
+// reached the output before the replay of an aborted epoch's positions of the
+// same key (Benthos replays it after them).
 var ErrAwaitingReplay = txnstate.ErrAwaitingReplay
 
 func (s *stateStore) positionsKey() string { return s.prefix + "/positions" }
@@ -156,11 +155,8 @@ func (m *dedupeMode) skip(w *write) (bool, error) {
 		return false, service.ErrNotConnected
 	}
 	_, kps := m.toWrite(w)
-	drop, hold, err := m.plan(kps)
+	drop, err := m.plan(kps)
 	if err != nil {
-		return false, err
-	}
-	if err := heldWhole(drop, hold); err != nil {
 		return false, err
 	}
 	for _, d := range drop {
@@ -178,33 +174,18 @@ func (m *dedupeMode) skip(w *write) (bool, error) {
 func (m *dedupeMode) admit(_ context.Context, w *write, ep *epoch) (*epoch, error) {
 	o := m.o
 	idx, kps := m.toWrite(w)
-	drop, hold, err := m.plan(kps)
+	drop, err := m.plan(kps)
 	if err != nil {
 		return nil, err
 	}
-	if err := heldWhole(drop, hold); err != nil {
-		return nil, err
-	}
-	skip := make([]bool, len(drop))
-	held := false
-	for j, h := range hold {
-		skip[j] = drop[j] || h != nil
-		if h != nil {
-			w.fail(idx[j], h)
-			held = true
-		}
-	}
-	o.dd.Admit(kps, skip)
+	o.dd.Admit(kps, drop)
 	dropped := map[int]bool{}
 	for j, d := range drop {
 		if d {
 			dropped[idx[j]] = true
-		} else if hold[j] == nil {
+		} else {
 			w.keep = append(w.keep, kps[j])
 		}
-	}
-	if held && len(dropped) == 0 {
-		w.dropRecords(nil)
 	}
 	if len(dropped) > 0 {
 		w.dropRecords(func(i int) bool { return dropped[i] })
@@ -250,45 +231,23 @@ func (m *dedupeMode) unjoined(w *write) {
 	}
 }
 
-// plan decides which messages of kps are replays (drop) and which wait for
-// the replay of a lower position of their key (hold; see
-// txnstate.DedupeState.PlanHold). A new key beyond dedupe.max_keys stops the
-// output (see tooManyKeys). Called with o.mu held.
-func (m *dedupeMode) plan(kps []txnstate.KeyPos) (drop []bool, hold []error, err error) {
+// plan decides which messages of kps are replays. A new key beyond
+// dedupe.max_keys stops the output (see tooManyKeys). Called with o.mu held.
+func (m *dedupeMode) plan(kps []txnstate.KeyPos) ([]bool, error) {
 	o := m.o
-	drop, hold, err = o.dd.PlanHold(kps, time.Now())
+	drop, err := o.dd.Plan(kps, time.Now())
 	if err != nil {
+		if errors.Is(err, txnstate.ErrAwaitingReplay) {
+			o.m.dedupeOutOfOrder()
+			o.log.Debugf("kafka_eos: %v; batch nacked to be replayed after it", err)
+		}
 		var tm *txnstate.TooManyKeysError
 		if errors.As(err, &tm) {
-			return nil, nil, m.tooManyKeys(tm)
+			return nil, m.tooManyKeys(tm)
 		}
-		return nil, nil, err
+		return nil, err
 	}
-	for _, h := range hold {
-		if h != nil {
-			o.m.dedupeOutOfOrder()
-			o.log.Debugf("kafka_eos: %v; nacked to be replayed after it", h)
-			break
-		}
-	}
-	return drop, hold, nil
-}
-
-// heldWhole returns the first hold when no message of the batch is admitted
-// (each is a replay or held back): the batch is nacked whole, joining no
-// epoch, as before any of it could be written. Otherwise nil: the admitted
-// messages are written and the held-back ones fail alone.
-func heldWhole(drop []bool, hold []error) error {
-	var first error
-	for j, h := range hold {
-		if h == nil && !drop[j] {
-			return nil
-		}
-		if first == nil {
-			first = h
-		}
-	}
-	return first
+	return drop, nil
 }
 
 // tooManyKeys stops the output when a new key would exceed dedupe.max_keys.

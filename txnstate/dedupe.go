@@ -121,36 +121,12 @@ func (d *DedupeState) CommittedOf(key string) (int64, bool) {
 // replay (drop[i] true) or new. A message is a replay when its position is at
 // or below the highest of its key committed, admitted to a live epoch, or
 // earlier in the batch. It changes nothing: Admit applies the plan once the
-// batch joined an epoch. Errors: ErrAwaitingReplay (a message would be held
-// back, see PlanHold: nack the batch), ErrTooManyKeys.
+// batch joined an epoch. Errors: ErrAwaitingReplay (nack the batch; checked
+// against owed positions, see DedupeState), ErrTooManyKeys.
 func (d *DedupeState) Plan(msgs []KeyPos, now time.Time) (drop []bool, err error) {
-	drop, hold, err := d.PlanHold(msgs, now)
-	if err != nil {
-		return nil, err
-	}
-	for _, h := range hold {
-		if h != nil {
-			return nil, h
-		}
-	}
-	return drop, nil
-}
-
-// PlanHold is Plan for a batch written in part: hold[i] is set (an error
-// wrapping ErrAwaitingReplay) for a new message that must wait for the replay
-// of a lower owed position of its key (see DedupeState), or that comes after
-// a held-back message of its key at a lower position (admitting it would make
-// that one's replay look like a duplicate). Every other new message can be
-// admitted: a batch holding an owed replay among messages that arrived
-// before their turn writes the replay, instead of waiting for a batch that
-// holds the replays alone and in order. Held-back messages are nacked and
-// owed (Owe). The only error is ErrTooManyKeys.
-func (d *DedupeState) PlanHold(msgs []KeyPos, now time.Time) (drop []bool, hold []error, err error) {
 	drop = make([]bool, len(msgs))
-	hold = make([]error, len(msgs))
 	high := map[string]int64{}
 	consumed := map[string]int{} // per key, owed positions replayed in this batch
-	heldAt := map[string]int64{} // per key, the lowest position held back in this batch
 	newKeys := 0
 	for i, m := range msgs {
 		h, ok := high[m.Key]
@@ -160,7 +136,7 @@ func (d *DedupeState) PlanHold(msgs []KeyPos, now time.Time) (drop []bool, hold 
 				h = -1 << 63
 				newKeys++
 				if d.maxKeys > 0 && len(d.admitted)+newKeys > d.maxKeys {
-					return nil, nil, &TooManyKeysError{Key: m.Key, Keys: len(d.admitted) + newKeys, Max: d.maxKeys}
+					return nil, &TooManyKeysError{Key: m.Key, Keys: len(d.admitted) + newKeys, Max: d.maxKeys}
 				}
 			}
 			high[m.Key] = h
@@ -169,31 +145,21 @@ func (d *DedupeState) PlanHold(msgs []KeyPos, now time.Time) (drop []bool, hold 
 			drop[i] = true
 			continue
 		}
-		ow := d.owed[m.Key]
-		if ow != nil && now.Sub(ow.since) >= d.expiry {
-			ow = nil
-		}
-		// Every owed position below this one must be replayed first
-		// (earlier in this batch). Owed positions are sorted, so the
-		// ones replayed form a prefix.
-		c := consumed[m.Key]
-		if ow != nil && c < len(ow.pos) && ow.pos[c] < m.Position {
-			hold[i] = fmt.Errorf("%w: key %q position %d arrived before the replay of position %d", ErrAwaitingReplay, m.Key, m.Position, ow.pos[c])
-		} else if p, ok := heldAt[m.Key]; ok && p < m.Position {
-			hold[i] = fmt.Errorf("%w: key %q position %d arrived before the replay of position %d (held back earlier in its batch)", ErrAwaitingReplay, m.Key, m.Position, p)
-		}
-		if hold[i] != nil {
-			if p, ok := heldAt[m.Key]; !ok || m.Position < p {
-				heldAt[m.Key] = m.Position
+		if ow := d.owed[m.Key]; ow != nil && now.Sub(ow.since) < d.expiry {
+			// Every owed position below this one must be replayed
+			// first (earlier in this batch). Owed positions are
+			// sorted, so the ones replayed form a prefix.
+			c := consumed[m.Key]
+			if c < len(ow.pos) && ow.pos[c] < m.Position {
+				return nil, fmt.Errorf("%w: key %q position %d arrived before the replay of position %d", ErrAwaitingReplay, m.Key, m.Position, ow.pos[c])
 			}
-			continue
-		}
-		if ow != nil && c < len(ow.pos) && ow.pos[c] == m.Position {
-			consumed[m.Key] = c + 1
+			if c < len(ow.pos) && ow.pos[c] == m.Position {
+				consumed[m.Key] = c + 1
+			}
 		}
 		high[m.Key] = m.Position
 	}
-	return drop, hold, nil
+	return drop, nil
 }
 
 // Admit applies a plan: the kept messages' positions are in a live epoch.

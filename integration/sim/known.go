@@ -359,8 +359,9 @@ var Defects = []Defect{
 			"owed replays first and in order moved the key on, and with the input's retry list replaying each " +
 			"nacked batch after its own growing wait (up to 1 s), merged with whatever else was due, such a " +
 			"batch became rare: a bounded run crawled a record a second or slower (seed 7559726458393081020, " +
-			"hung at 31 %). Fixed: a batch writes the owed replays it holds and nacks only the messages that " +
-			"arrived before their turn",
+			"hung at 31 %). Fixed by the input's strict replay order (a rejected batch is replayed only after every " +
+			"one read before it). Writing the owed replays of a batch and nacking only the rest was tried and " +
+			"reverted: it commits one input batch in two epochs (seed 4655578887286468728)",
 		Match: func(r Result, f string) bool {
 			p := r.Plan
 			return p.Mode == ModeDedupe && p.Batching > 0 && strings.HasPrefix(f, "hang:")
