@@ -50,6 +50,7 @@ var regressionSeeds = []uint64{
 	7559726458393081020, // dedupe-owed-crawl: dedupe, output batching 3, in_batch 1, an oversized record first in its output batch held its key's next two back; the replays behind them were nacked whole, over and over (FAIL(new) hang at 31 % in a sweep; 2 of 6 replays hung before the fix, 0 of 15 on it)
 	1548330889915747987, // stale-abort-contradiction: k2k, TV0, pool 3, a slow cache set: epoch 1's PREPARE timed out and landed after its ABORTED, a later epoch's EndTxn outcome unknown; every start stopped on "epoch 12 committed after epoch 1 aborted" though epoch 1 had been replayed (FAIL(k2k-stall) hang in a sweep; 2 of 3 replays hung before the fix, 0 of 9 on it)
 	7353689995965390664, // zombie-rewarm: a zombie frozen in the retried COMMITTED write of an epoch committed on a spent client woke and re-initialised the slot, fencing its new owner, then left a transaction open (seen once; 0 of 15 replays failed before the fix)
+	4753024081750417107, // a harness bug: the run ended while a member stopped fatally in doubt with another slot's epoch open, and its restart was killed before its start aborted that epoch (1 of 6 replays failed before the fix, 0 of 8 after)
 	4655578887286468728, // a dedupe batch written in part (owed replays written, the rest nacked) was committed in two epochs, against "an epoch holds whole batches"; the partial write was reverted (2 of 2 replays failed with it, 2 of 2 passed without)
 }
 
