@@ -196,6 +196,11 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		{Result{Plan: probe}, `m0.2 stopped on a fatal error that does not name the injected TOPIC_AUTHORIZATION_FAILED: "fatal: kafka_eos: transactional id \"sim-0-0\" was fenced by another producer (is a second instance running with this transactional_id?): PRODUCER_FENCED"`, "kfake-timeout-fence"},
 		{Result{Plan: Plan{Mode: ModeMembers, Oversized: []int{3}, Retention: true}}, "hang: the run did not end within 45s", "members-oversized-stall"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{KfakeUnknown: 4, Deleted: 500}}, "hang: the run did not end within 45s", "kfake-unknown-loop"},
+		// Seed 9211068402085997459: a member restarted 13 times on
+		// kfake-unknown-loop in a plan with an oversized record is the
+		// limitation's hang, not members-oversized-stall's.
+		{Result{Plan: Plan{Mode: ModeMembers, Oversized: []int{3}}, Stats: Stats{KfakeUnknown: 11}}, "hang: the run did not end within 45s", "kfake-unknown-loop"},
+		{Result{Plan: Plan{Mode: ModeK2K}, Stats: Stats{KfakeUnknown: 9}}, "hang: members still stop in doubt after 4 restarts at the end of the run", "kfake-unknown-loop"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{Deleted: 500}}, "hang: the run did not end within 45s", "retention-hang"},
 		{Result{Plan: Plan{Mode: ModeMembers, AbortedTxns: 3}, Stats: Stats{CacheFaults: 3}}, "hang: the run did not end within 45s (progress 0.98: in/1 committed 0 of 12, ...)", "offsets-only-abort"},
 		// Seed 1548330889915747987 before the fix: every start stopped on

@@ -720,7 +720,9 @@ func (r *runner) stopAll() {
 		r.stopRunning()
 		started := len(r.all)
 		r.reap()
-		if len(r.all) == started {
+		if len(r.all) == started || len(r.res.Failures) > 0 {
+			// Nothing started again, or the run failed already (a
+			// hang): what started is killed with the rest.
 			return
 		}
 		// reap started again a member that stopped in doubt (its
@@ -728,7 +730,7 @@ func (r *runner) stopAll() {
 		// resolves that epoch and aborts what the stop left open on its
 		// other slots. Let it finish its start, then stop it too.
 		if round == 3 {
-			r.fail("members still stop in doubt after %d restarts at the end of the run", round+1)
+			r.fail("hang: members still stop in doubt after %d restarts at the end of the run", round+1)
 			return
 		}
 		r.awaitStarts()
