@@ -111,16 +111,7 @@ func testAbortUnknownOutcome(t *testing.T, tvName string, opts []kfake.Opt, with
 			t.Fatalf("the other instance's first InitProducerID: %v %v", resp, err)
 		}
 	}
-	rival, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(id),
-		kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(testTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rival.Close()
-	rpid, repoch, err := rival.ProducerID(ctx)
-	if err != nil {
-		t.Fatalf("the other instance's InitProducerID: %v", err)
-	}
+	rival := newRival(ctx, t, brokers, id)
 	cache.down.Store(false)
 
 	// Our client gives up on the EndTxn after commit_timeout;
@@ -140,18 +131,7 @@ func testAbortUnknownOutcome(t *testing.T, tvName string, opts []kfake.Opt, with
 	releaseOnce()
 	werr = <-done
 
-	if obs, err := a.describe(ctx, id); err != nil || obs.ProducerID != rpid || obs.ProducerEpoch != repoch {
-		t.Errorf("broker shows %+v (%v) after the output's abort, want the other instance's producer id %d epoch %d: the slot was re-initialised", obs, err, rpid, repoch)
-	}
-	if err := rival.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rival.ProduceSync(ctx, &kgo.Record{Value: []byte("rival-0")}).FirstErr(); err != nil {
-		t.Errorf("the other instance's produce: %v", err)
-	}
-	if err := rival.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Errorf("the other instance's commit: %v (fenced by the output's re-initialisation)", err)
-	}
+	rival.checkOwnsAfterAbort(ctx, t, a)
 	var fe *FencedError
 	if !errors.As(werr, &fe) || fc.err() == nil {
 		t.Fatalf("epoch whose abort went unanswered while another instance took the id: %v (fatal %v), want a FencedError (a zombie stop)", werr, fc.err())

@@ -156,31 +156,11 @@ func TestFirstReadCloseHidingAFence(t *testing.T) {
 	a.mu.Lock()
 	slot := a.slots[txnstate.SlotFor(a.nextEpoch, len(a.slots))]
 	a.mu.Unlock()
-	rival, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(slot.id),
-		kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(testTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rival.Close()
-	rpid, repoch, err := rival.ProducerID(ctx)
-	if err != nil {
-		t.Fatalf("the other instance's InitProducerID: %v", err)
-	}
+	rival := newRival(ctx, t, brokers, slot.id)
 	closeAddPartitions(c, slot.id, 2)
 	werr := a.WriteBatch(ctx, batchOf("b", 2))
 
-	if obs, err := a.describe(ctx, slot.id); err != nil || obs.ProducerID != rpid || obs.ProducerEpoch != repoch {
-		t.Errorf("broker shows %+v (%v) after the output's abort, want the other instance's producer id %d epoch %d: the slot was re-initialised", obs, err, rpid, repoch)
-	}
-	if err := rival.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rival.ProduceSync(ctx, &kgo.Record{Value: []byte("rival-0")}).FirstErr(); err != nil {
-		t.Errorf("the other instance's produce: %v", err)
-	}
-	if err := rival.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Errorf("the other instance's commit: %v (fenced by the output's re-initialisation)", err)
-	}
+	rival.checkOwnsAfterAbort(ctx, t, a)
 	var fe *FencedError
 	if !errors.As(fc.err(), &fe) {
 		t.Fatalf("epoch whose client failed on a first-read close while another instance took the id: %v (fatal %v), want a zombie stop (FencedError)", werr, fc.err())

@@ -270,3 +270,61 @@ func writeReplaying(ctx context.Context, t testing.TB, o *output, batch service.
 		t.Logf("nacked, replaying: %v", err)
 	}
 }
+
+// rivalInstance is another instance that took a slot's transactional id from
+// the output: its transactional client and the producer id and epoch its
+// InitProducerID got.
+type rivalInstance struct {
+	cl    *kgo.Client
+	id    string
+	pid   int64
+	epoch int16
+}
+
+// newRival starts another instance on transactional id id (producing to
+// testTopic): its client's InitProducerID fences the output's producer on the
+// id, as a second instance started with the same transactional_id would. The
+// client is closed at the end of the test.
+func newRival(ctx context.Context, t testing.TB, brokers []string, id string) *rivalInstance {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(id),
+		kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(testTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		t.Fatalf("the other instance's InitProducerID: %v", err)
+	}
+	return &rivalInstance{cl: cl, id: id, pid: pid, epoch: epoch}
+}
+
+// checkOwnsAfterAbort checks that the rival still owns its transactional id
+// after the output's abort: the broker (read through a) shows the rival's
+// producer id and epoch, not a re-initialisation by the output, and the rival
+// can produce and commit (rivalCommits).
+func (r *rivalInstance) checkOwnsAfterAbort(ctx context.Context, t testing.TB, a *output) {
+	t.Helper()
+	if obs, err := a.describe(ctx, r.id); err != nil || obs.ProducerID != r.pid || obs.ProducerEpoch != r.epoch {
+		t.Errorf("broker shows %+v (%v) after the output's abort, want the other instance's producer id %d epoch %d: the slot was re-initialised", obs, err, r.pid, r.epoch)
+	}
+	rivalCommits(ctx, t, r.cl)
+}
+
+// rivalCommits checks that rival, the client of another instance that took a
+// transactional id from the output, can still begin a transaction, produce in
+// it and commit it: an output that took the id back (a fresh InitProducerID)
+// would have fenced it.
+func rivalCommits(ctx context.Context, t testing.TB, rival *kgo.Client) {
+	t.Helper()
+	if err := rival.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rival.ProduceSync(ctx, &kgo.Record{Value: []byte("rival-0")}).FirstErr(); err != nil {
+		t.Errorf("the other instance's produce: %v", err)
+	}
+	if err := rival.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Errorf("the other instance's commit: %v (fenced by the output's re-initialisation)", err)
+	}
+}

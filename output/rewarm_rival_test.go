@@ -94,15 +94,7 @@ func TestRewarmAfterCommitNotStealing(t *testing.T) {
 			if obs, err := a.describe(ctx, slot.id); err != nil || obs.ProducerID != rpid || obs.ProducerEpoch != repoch {
 				t.Errorf("broker shows %+v (%v), want the other instance's producer id %d epoch %d", obs, err, rpid, repoch)
 			}
-			if err := rival.BeginTransaction(); err != nil {
-				t.Fatal(err)
-			}
-			if err := rival.ProduceSync(ctx, &kgo.Record{Value: []byte("rival-0")}).FirstErr(); err != nil {
-				t.Errorf("the other instance's produce: %v", err)
-			}
-			if err := rival.EndTransaction(ctx, kgo.TryCommit); err != nil {
-				t.Errorf("the other instance's commit: %v (fenced by the output's re-initialisation)", err)
-			}
+			rivalCommits(ctx, t, rival)
 		})
 	}
 }

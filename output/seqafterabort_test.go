@@ -205,31 +205,11 @@ func TestAbortWithUnwrittenRecordsNotStealing(t *testing.T) {
 		}
 		return resp, nil, true
 	})
-	rival, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(slot.id),
-		kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(testTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rival.Close()
-	rpid, repoch, err := rival.ProducerID(ctx)
-	if err != nil {
-		t.Fatalf("the other instance's InitProducerID: %v", err)
-	}
+	rival := newRival(ctx, t, brokers, slot.id)
 	werr := a.WriteBatch(ctx, batchOf("b", 2))
 	refusing.Store(false)
 
-	if obs, err := a.describe(ctx, slot.id); err != nil || obs.ProducerID != rpid || obs.ProducerEpoch != repoch {
-		t.Errorf("broker shows %+v (%v) after the output's abort, want the other instance's producer id %d epoch %d: the slot was re-initialised", obs, err, rpid, repoch)
-	}
-	if err := rival.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rival.ProduceSync(ctx, &kgo.Record{Value: []byte("rival-0")}).FirstErr(); err != nil {
-		t.Errorf("the other instance's produce: %v", err)
-	}
-	if err := rival.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Errorf("the other instance's commit: %v (fenced by the output's re-initialisation)", err)
-	}
+	rival.checkOwnsAfterAbort(ctx, t, a)
 	var fe *FencedError
 	if !errors.As(fc.err(), &fe) {
 		t.Fatalf("epoch aborted with unwritten records while another instance took the id: %v (fatal %v), want a zombie stop (FencedError)", werr, fc.err())
