@@ -27,13 +27,9 @@ func TestK2KSplitBatchDrainsThenStops(t *testing.T) {
 	brokers := c.ListenAddrs()
 	res := newResources()
 	yaml := yamlFor(brokers, testTopic, "k2k-split", "consumer_group: "+k2kGroup+"\n")
-	a := newTestOutput(t, res, yaml)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	a := startK2K(ctx, t, res, yaml, k2kIn, 0)
 	whole := sourcedOf(k2kIn, "s", 0, 0, 4)
 	if err := a.WriteBatch(ctx, whole[:2]); err != nil {
 		t.Fatal(err)
@@ -78,11 +74,7 @@ func TestK2KSplitBatchDrainsThenStops(t *testing.T) {
 	restore()
 	fc, restore = catchFatal()
 	defer restore()
-	b := newTestOutput(t, res, yaml)
-	if err := b.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.StartAt(map[string]map[int32]int64{k2kIn: {0: committed}})
+	b := startK2K(ctx, t, res, yaml, k2kIn, committed)
 	if err := b.WriteBatch(ctx, sourcedOf(k2kIn, "s", 0, committed, 6)); err != nil {
 		t.Fatal(err)
 	}
@@ -108,24 +100,16 @@ func TestK2KSplitBatchCrashBeforeSecondPartLoses(t *testing.T) {
 	brokers := c.ListenAddrs()
 	res := newResources()
 	yaml := yamlFor(brokers, testTopic, "k2k-split-crash", "consumer_group: "+k2kGroup+"\n")
-	a := newTestOutput(t, res, yaml)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	a := startK2K(ctx, t, res, yaml, k2kIn, 0)
 	whole := sourcedOf(k2kIn, "s", 0, 0, 4)
 	if err := a.WriteBatch(ctx, whole[:2]); err != nil {
 		t.Fatal(err)
 	}
 	committed := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]
 	handover.ReleaseCommitTakeover(res, k2kGroup, a) // the process dies
-	b := newTestOutput(t, res, yaml)
-	if err := b.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.StartAt(map[string]map[int32]int64{k2kIn: {0: committed}})
+	b := startK2K(ctx, t, res, yaml, k2kIn, committed)
 	if err := b.WriteBatch(ctx, sourcedOf(k2kIn, "s", 0, committed, 6)); err != nil {
 		t.Fatal(err)
 	}

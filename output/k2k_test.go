@@ -362,6 +362,22 @@ func k2kOutput(t testing.TB, res *service.Resources, brokers []string, txnID str
 	return newTestOutput(t, res, baseYAML(brokers, txnID, "consumer_group: "+k2kGroup))
 }
 
+// startK2K starts a Kafka-to-Kafka output (yaml names its consumer_group) on
+// res the way a process starts: connected, Ready (it took the group's commits
+// over and finished its recovery), then told that partition 0 of input topic
+// in starts at offset from, as the input does before the partition's first
+// batch. On res of an output that died (its takeover released), it is that
+// partition's next owner, reading from the group's offset.
+func startK2K(ctx context.Context, t testing.TB, res *service.Resources, yaml, in string, from int64) *output {
+	t.Helper()
+	o := newTestOutput(t, res, yaml)
+	if err := o.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o.StartAt(map[string]map[int32]int64{in: {0: from}})
+	return o
+}
+
 // TestK2KOffsetsOnlyAndOrder: offsets handed over with no records are
 // committed in an epoch of offsets only; a span past a gap does not move the
 // offset until the gap is filled (I8).

@@ -66,13 +66,9 @@ func unwritableCrashBeforeDeadLetter(t *testing.T, e k2kTopics, txnID string) {
 	brokers := e.brokers
 	res := newResources()
 	yaml := yamlFor(brokers, e.out, txnID, "consumer_group: "+e.grp+"\nmax_message_bytes: 600\n")
-	a := newTestOutput(t, res, yaml)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a.StartAt(map[string]map[int32]int64{e.in: {0: 0}})
+	a := startK2K(ctx, t, res, yaml, e.in, 0)
 	// Offsets 0 to 3; offset 1 is too large.
 	b1 := sourcedOf(e.in, "a", 0, 0, 4, 1)
 	err := a.WriteBatch(ctx, b1)
@@ -99,11 +95,7 @@ func unwritableCrashBeforeDeadLetter(t *testing.T, e k2kTopics, txnID string) {
 	// The process dies: the dead-letter output never took offset 1. The
 	// next owner reads the partition again from the group's offset.
 	handover.ReleaseCommitTakeover(res, e.grp, a)
-	b := newTestOutput(t, res, yaml)
-	if err := b.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.StartAt(map[string]map[int32]int64{e.in: {0: committed}})
+	b := startK2K(ctx, t, res, yaml, e.in, committed)
 	replay := sourcedOf(e.in, "a", 0, committed, 6, 1)
 	err = b.WriteBatch(ctx, replay)
 	got := blamed(replay, err)
@@ -128,13 +120,10 @@ func unwritableCrashBeforeDeadLetter(t *testing.T, e k2kTopics, txnID string) {
 func TestK2KUnwritableAckedThenCommitted(t *testing.T) {
 	c := newK2KCluster(t)
 	brokers := c.ListenAddrs()
-	a := newTestOutput(t, newResources(), baseYAML(brokers, "k2k-dlq2", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n"))
+	yaml := baseYAML(brokers, "k2k-dlq2", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	a := startK2K(ctx, t, newResources(), yaml, k2kIn, 0)
 	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 0, 4, 2)); !errors.Is(err, ErrCannotWrite) {
 		t.Fatalf("%v, want offset 2 failed", err)
 	}
@@ -269,13 +258,9 @@ func TestK2KUnwritableSiblingsCrashBeforeDeadLetter(t *testing.T) {
 	brokers := c.ListenAddrs()
 	res := newResources()
 	yaml := yamlFor(brokers, testTopic, "k2k-dlq-siblings", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n")
-	a := newTestOutput(t, res, yaml)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	a := startK2K(ctx, t, res, yaml, k2kIn, 0)
 	// Messages 1 to 3 of the batch are the pieces of offset 1.
 	pieces := func(b service.MessageBatch, err error, first int) {
 		t.Helper()
@@ -306,11 +291,7 @@ func TestK2KUnwritableSiblingsCrashBeforeDeadLetter(t *testing.T) {
 
 	// The process dies before the dead-letter route took the record.
 	handover.ReleaseCommitTakeover(res, k2kGroup, a)
-	b := newTestOutput(t, res, yaml)
-	if err := b.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.StartAt(map[string]map[int32]int64{k2kIn: {0: committed}})
+	b := startK2K(ctx, t, res, yaml, k2kIn, committed)
 	replay := splitSourced(k2kIn, "a", 0, committed, 6, 1, 3, 1)
 	err = b.WriteBatch(ctx, replay)
 	pieces(replay, err, 0)
@@ -390,11 +371,7 @@ func TestK2KUnwritableZombieBeforeDeadLetter(t *testing.T) {
 	// The rival: same transactional_id, same state cache, the frozen
 	// instance still running. Its start fences the frozen one's slots.
 	handover.ReleaseCommitTakeover(res, k2kGroup, a)
-	b := newTestOutput(t, res, yaml)
-	if err := b.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.StartAt(map[string]map[int32]int64{k2kIn: {0: committed}})
+	b := startK2K(ctx, t, res, yaml, k2kIn, committed)
 	replay := k2kSourced("a", 0, committed, 4, 1)
 	err := b.WriteBatch(ctx, replay)
 	if got := blamed(replay, err); len(got) != 1 || !errors.Is(got[int(1-committed)], ErrCannotWrite) {
@@ -444,13 +421,9 @@ func TestK2KUnwritableReplayPastHeldOffsetMoved(t *testing.T) {
 	brokers := c.ListenAddrs()
 	res := newResources()
 	yaml := baseYAML(brokers, "k2k-dlq-moved", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n")
-	a := newTestOutput(t, res, yaml)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	a := startK2K(ctx, t, res, yaml, k2kIn, 0)
 	// Offsets 0 to 3; offset 1 is too large. Then [4, 8), written while
 	// the offset is held at 1.
 	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 0, 4, 1)); !errors.Is(err, ErrCannotWrite) {
@@ -470,11 +443,7 @@ func TestK2KUnwritableReplayPastHeldOffsetMoved(t *testing.T) {
 	// The instance stops before the route took offset 1; the next owner
 	// reads the partition again from the held offset.
 	handover.ReleaseCommitTakeover(res, k2kGroup, a)
-	b := newTestOutput(t, res, yaml)
-	if err := b.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.StartAt(map[string]map[int32]int64{k2kIn: {0: 1}})
+	b := startK2K(ctx, t, res, yaml, k2kIn, 1)
 	replay := k2kSourced("a", 0, 1, 4, 1)
 	err := b.WriteBatch(ctx, replay)
 	if got := blamed(replay, err); len(got) != 1 || !errors.Is(got[0], ErrCannotWrite) {
@@ -526,13 +495,9 @@ func TestK2KWaitingBatchAcksTheRecordsThePreviousOwnerWrote(t *testing.T) {
 	brokers := c.ListenAddrs()
 	res := newResources()
 	yaml := baseYAML(brokers, "k2k-dlq-merged", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n")
-	a := newTestOutput(t, res, yaml)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := a.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	a.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
+	a := startK2K(ctx, t, res, yaml, k2kIn, 0)
 	// Offsets 0 to 3; offset 1 is too large. Then [4, 8), written while
 	// the offset is held at 1.
 	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 0, 4, 1)); !errors.Is(err, ErrCannotWrite) {
