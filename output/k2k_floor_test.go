@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // TestK2KOffsetsOnlyEpochAbortedIsCarriedAgain: positions the input hands
@@ -70,22 +68,8 @@ func TestK2KOffsetsOnlyEpochAbortedIsCarriedAgain(t *testing.T) {
 func TestK2KOffsetsOnlyWhileRejoiningCarriedAfter(t *testing.T) {
 	c := newK2KCluster(t)
 	brokers := c.ListenAddrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(k2kGroup), kgo.ConsumeTopics(k2kIn), kgo.DisableAutoCommit())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, mem, gen := joinGroup(t, brokers, k2kGroup, k2kIn)
 	defer cl.Close()
-	var (
-		mem string
-		gen int32 = -1
-	)
-	wait(t, 30*time.Second, "a member of the group", func() bool {
-		pctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		cl.PollFetches(pctx)
-		cancel()
-		mem, gen = cl.GroupMetadata()
-		return gen >= 1 && mem != ""
-	})
 	o := k2kOutput(t, newResources(), brokers, "k2k-only-rejoin")
 	fg := &fakeGroup{owned: map[int32]uint64{0: 1}, gen: gen, member: ""} // rejoining
 	o.Member(fg)

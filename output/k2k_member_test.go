@@ -51,6 +51,28 @@ func (f *fakeGroup) revoke(p int32) {
 	delete(f.owned, p)
 }
 
+// joinGroup makes a real member of group grp (a franz-go consumer of topic
+// in) and waits until it joined, so that the coordinator checks the member id
+// and generation an output's transactional offset commits carry. It returns
+// the consumer, which the caller closes (the member leaves), and the member
+// id and generation to commit with.
+func joinGroup(t testing.TB, brokers []string, grp, in string) (cl *kgo.Client, mem string, gen int32) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(grp), kgo.ConsumeTopics(in), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen = -1
+	wait(t, 30*time.Second, "a member of the group", func() bool {
+		pctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		cl.PollFetches(pctx)
+		cancel()
+		mem, gen = cl.GroupMetadata()
+		return gen >= 1 && mem != ""
+	})
+	return cl, mem, gen
+}
+
 // memberSpan is the span [from, to) of partition p of the input topic read
 // under assignment id.
 func memberSpan(p int32, from, to int64, id uint64) handover.Span {
@@ -121,22 +143,8 @@ func TestK2KMemberRevokedPartitions(t *testing.T) {
 // the current generation instead of aborting the epoch. The member is a real
 // one (a franz-go consumer in the group), so the coordinator checks it.
 func restampAfterRebalance(t *testing.T, e k2kTopics, txnID string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumerGroup(e.grp), kgo.ConsumeTopics(e.in), kgo.DisableAutoCommit())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, mem, gen := joinGroup(t, e.brokers, e.grp, e.in)
 	defer cl.Close()
-	var (
-		mem string
-		gen int32 = -1
-	)
-	wait(t, 30*time.Second, "a member of the group", func() bool {
-		pctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		cl.PollFetches(pctx)
-		cancel()
-		mem, gen = cl.GroupMetadata()
-		return gen >= 1 && mem != ""
-	})
 	o := newTestOutput(t, newResources(), yamlFor(e.brokers, e.out, txnID, "consumer_group: "+e.grp))
 	fg := &fakeGroup{owned: map[int32]uint64{0: 1}, gen: gen, member: mem, stale: 500 * time.Millisecond}
 	o.Member(fg)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/handover"
 )
@@ -162,22 +161,8 @@ func TestK2KMemberUnwritableReassigned(t *testing.T) {
 	o := newTestOutput(t, newResources(), baseYAML(brokers, "k2k-dlq-member", "consumer_group: "+k2kGroup+"\nmax_message_bytes: 600\n"))
 	// A real member of the group (a franz-go consumer), so that the
 	// coordinator takes the transactional commits of its generation.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(k2kGroup), kgo.ConsumeTopics(k2kIn), kgo.DisableAutoCommit())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, mem, gen := joinGroup(t, brokers, k2kGroup, k2kIn)
 	defer cl.Close()
-	var (
-		mem string
-		gen int32 = -1
-	)
-	wait(t, 30*time.Second, "a member of the group", func() bool {
-		pctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		cl.PollFetches(pctx)
-		cancel()
-		mem, gen = cl.GroupMetadata()
-		return gen >= 1 && mem != ""
-	})
 	fg := &fakeGroup{owned: map[int32]uint64{0: 1}, gen: gen, member: mem}
 	o.Member(fg)
 	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 0}})
@@ -206,7 +191,7 @@ func TestK2KMemberUnwritableReassigned(t *testing.T) {
 	fg.mu.Unlock()
 	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 1}})
 	replay := read(1, 6, 2, 1)
-	err = o.WriteBatch(ctx, replay)
+	err := o.WriteBatch(ctx, replay)
 	if got := blamed(replay, err); len(got) != 1 || !errors.Is(got[0], ErrCannotWrite) {
 		t.Fatalf("replay: blamed %v, want offset 1 failed alone", got)
 	}
