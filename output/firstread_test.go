@@ -12,9 +12,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
-
-	"github.com/connect-eos/connect-eos/txnstate"
 )
+
+// startTV0Output starts a one-broker kfake cluster that speaks no more than
+// Kafka 3.9 (transaction version 0, whose AddPartitionsToTxn these tests
+// close) and an output on it with transactional id txnID, and commits a first
+// batch (batchOf("a", 2)): the faults then meet an output whose slots are
+// running.
+func startTV0Output(ctx context.Context, t *testing.T, txnID string) (*kfake.Cluster, *output) {
+	t.Helper()
+	c := newCluster(t, kfake.MaxVersions(kversion.V3_9_0()))
+	a := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), txnID, ""))
+	writeReplaying(ctx, t, a, batchOf("a", 2))
+	return c, a
+}
 
 // closeAddPartitions closes the connection of the first n AddPartitionsToTxn
 // requests of transactional id id (all of them for n < 0) before the broker
@@ -45,17 +56,12 @@ func closeAddPartitions(c *kfake.Cluster, id string, n int64) *atomic.Int64 {
 func TestFirstReadCloseUnderAddPartitions(t *testing.T) {
 	fc, restore := catchFatal()
 	defer restore()
-	c := newCluster(t, kfake.MaxVersions(kversion.V3_9_0()))
-	brokers := c.ListenAddrs()
-	a := newTestOutput(t, newResources(), baseYAML(brokers, "firstread", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	writeReplaying(ctx, t, a, batchOf("a", 2))
+	c, a := startTV0Output(ctx, t, "firstread")
+	brokers := c.ListenAddrs()
 
-	a.mu.Lock()
-	n := a.nextEpoch
-	a.mu.Unlock()
-	slot := a.slots[txnstate.SlotFor(n, len(a.slots))]
+	slot := nextSlot(a)
 	a.mu.Lock()
 	oldCl := slot.cl
 	a.mu.Unlock()
@@ -81,17 +87,7 @@ func TestFirstReadCloseUnderAddPartitions(t *testing.T) {
 	if !replaced {
 		t.Errorf("the slot whose client failed its producer id still has that client")
 	}
-	got := map[string]int{}
-	for _, v := range readCommitted(t, brokers, testTopic) {
-		got[v]++
-	}
-	for _, p := range []string{"a", "b", "c", "d", "e"} {
-		for i := range 2 {
-			if v := p + "-" + string(rune('0'+i)); got[v] != 1 {
-				t.Errorf("%s visible %d times, want once (visible: %v)", v, got[v], got)
-			}
-		}
-	}
+	checkBatchesOnce(t, brokers, map[string]int{"a": 2, "b": 2, "c": 2, "d": 2, "e": 2})
 }
 
 // The same close on every AddPartitionsToTxn: what a broker that really
@@ -101,12 +97,9 @@ func TestFirstReadCloseUnderAddPartitions(t *testing.T) {
 func TestFirstReadCloseEveryTimeStops(t *testing.T) {
 	fc, restore := catchFatal()
 	defer restore()
-	c := newCluster(t, kfake.MaxVersions(kversion.V3_9_0()))
-	brokers := c.ListenAddrs()
-	a := newTestOutput(t, newResources(), baseYAML(brokers, "firstreadall", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	writeReplaying(ctx, t, a, batchOf("a", 2))
+	c, a := startTV0Output(ctx, t, "firstreadall")
 	for _, s := range a.slots {
 		closeAddPartitions(c, s.id, -1)
 	}
@@ -146,16 +139,12 @@ func TestFirstReadCloseEveryTimeStops(t *testing.T) {
 func TestFirstReadCloseHidingAFence(t *testing.T) {
 	fc, restore := catchFatal()
 	defer restore()
-	c := newCluster(t, kfake.MaxVersions(kversion.V3_9_0()))
-	brokers := c.ListenAddrs()
-	a := newTestOutput(t, newResources(), baseYAML(brokers, "firstreadrival", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	writeReplaying(ctx, t, a, batchOf("a", 2))
+	c, a := startTV0Output(ctx, t, "firstreadrival")
+	brokers := c.ListenAddrs()
 
-	a.mu.Lock()
-	slot := a.slots[txnstate.SlotFor(a.nextEpoch, len(a.slots))]
-	a.mu.Unlock()
+	slot := nextSlot(a)
 	rival := newRival(ctx, t, brokers, slot.id)
 	closeAddPartitions(c, slot.id, 2)
 	werr := a.WriteBatch(ctx, batchOf("b", 2))
@@ -180,16 +169,11 @@ func TestFirstReadCloseReinitStops(t *testing.T) {
 	defer restore()
 	defer func(d time.Duration) { firstReadCloseFor = d }(firstReadCloseFor)
 	firstReadCloseFor = 2 * time.Second
-	c := newCluster(t, kfake.MaxVersions(kversion.V3_9_0()))
-	brokers := c.ListenAddrs()
-	a := newTestOutput(t, newResources(), baseYAML(brokers, "firstreadinit", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	writeReplaying(ctx, t, a, batchOf("a", 2))
+	c, a := startTV0Output(ctx, t, "firstreadinit")
 
-	a.mu.Lock()
-	slot := a.slots[txnstate.SlotFor(a.nextEpoch, len(a.slots))]
-	a.mu.Unlock()
+	slot := nextSlot(a)
 	closeAddPartitions(c, slot.id, 2)
 	var inits atomic.Int64
 	c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {

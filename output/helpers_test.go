@@ -102,6 +102,21 @@ func batchOf(prefix string, n int) service.MessageBatch {
 	return b
 }
 
+// checkBatchesOnce checks that each record of the batches want names, a
+// batchOf(prefix, n) for each prefix and n in want, is visible exactly once in
+// testTopic to a read_committed reader (counts).
+func checkBatchesOnce(t testing.TB, brokers []string, want map[string]int) {
+	t.Helper()
+	got := counts(t, brokers)
+	for p, n := range want {
+		for i := range n {
+			if v := fmt.Sprintf("%s-%d", p, i); got[v] != 1 {
+				t.Errorf("%s visible %d times, want once (visible: %v)", v, got[v], got)
+			}
+		}
+	}
+}
+
 // readCommitted returns every value a read_committed consumer sees in topic:
 // every partition read to its last stable offset, listed before the read
 // (after waiting up to 10s for transactions whose markers are still being
@@ -200,6 +215,14 @@ func wait(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// nextSlot is the slot the output's next epoch runs on: the one a test
+// injects its fault on before writing a batch.
+func nextSlot(a *output) *slot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.slots[txnstate.SlotFor(a.nextEpoch, len(a.slots))]
 }
 
 func slotRecord(t testing.TB, o *output, n int) (txnstate.Record, bool) {

@@ -3,7 +3,6 @@ package output
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,8 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
-
-	"github.com/connect-eos/connect-eos/txnstate"
 )
 
 // rawProduceTimeout marks the test's own copy of a captured Produce request,
@@ -67,9 +64,7 @@ func testSequenceAfterAbort(t *testing.T, replayFirst bool) {
 	writeReplaying(ctx, t, a, batchOf("a", 2))
 	writeReplaying(ctx, t, a, batchOf("a2", 2))
 
-	a.mu.Lock()
-	slot := a.slots[txnstate.SlotFor(a.nextEpoch, len(a.slots))]
-	a.mu.Unlock()
+	slot := nextSlot(a)
 	raw, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.MaxVersions(kversion.V3_9_0()))
 	if err != nil {
 		t.Fatal(err)
@@ -144,21 +139,11 @@ func testSequenceAfterAbort(t *testing.T, replayFirst bool) {
 			t.Fatalf("after batch %d: the output stopped: %v", i, fc.err())
 		}
 	}
-	got := map[string]int{}
-	for _, v := range readCommitted(t, brokers, testTopic) {
-		got[v]++
-	}
 	want := map[string]int{"a": 2, "a2": 2, "b": 2, "c": 2, "d": 2, "e": 2}
 	if !replayFirst {
 		want["x"] = 1
 	}
-	for p, n := range want {
-		for i := range n {
-			if v := fmt.Sprintf("%s-%d", p, i); got[v] != 1 {
-				t.Errorf("%s visible %d times, want once (visible: %v)", v, got[v], got)
-			}
-		}
-	}
+	checkBatchesOnce(t, brokers, want)
 }
 
 // An epoch aborts with its records never written (every AddPartitionsToTxn
@@ -180,9 +165,7 @@ func TestAbortWithUnwrittenRecordsNotStealing(t *testing.T) {
 	defer cancel()
 	writeReplaying(ctx, t, a, batchOf("a", 2))
 
-	a.mu.Lock()
-	slot := a.slots[txnstate.SlotFor(a.nextEpoch, len(a.slots))]
-	a.mu.Unlock()
+	slot := nextSlot(a)
 	var refusing atomic.Bool
 	refusing.Store(true)
 	c.ControlKey(int16(kmsg.AddPartitionsToTxn), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
