@@ -65,6 +65,17 @@ func wantExactly(t testing.TB, got map[string]int, key string, from, to int64) {
 	}
 }
 
+// wantOnly checks that topic shows the records key@from to key@to
+// (posBatch's values) each exactly once, and nothing else.
+func wantOnly(t testing.TB, brokers []string, topic, key string, from, to int64) {
+	t.Helper()
+	got := countsIn(t, brokers, topic)
+	wantExactly(t, got, key, from, to)
+	if int64(len(got)) != to-from+1 {
+		t.Fatalf("visible %v", got)
+	}
+}
+
 var dedupeTVs = []struct {
 	name string
 	opts []kfake.Opt
@@ -183,11 +194,7 @@ func TestDedupeInFlightThenAbort(t *testing.T) {
 			if err := o.WriteBatch(ctx, posBatch("a", 6, 7)); err != nil {
 				t.Fatal(err)
 			}
-			got := counts(t, c.ListenAddrs())
-			wantExactly(t, got, "a", 1, 7)
-			if len(got) != 7 {
-				t.Fatalf("visible %v", got)
-			}
+			wantOnly(t, c.ListenAddrs(), testTopic, "a", 1, 7)
 			if o.m.tally.get(metricDedupeOutOfOrder) != 2 {
 				t.Fatal("out-of-order metric")
 			}
@@ -254,11 +261,7 @@ func testDedupeCrash(t *testing.T, brokers []string, topic, txnID string, step c
 	}
 	// The input replays everything from the start.
 	writeReplaying(ctx, t, b, posBatch("a", 1, 6))
-	got := countsIn(t, brokers, topic)
-	wantExactly(t, got, "a", 1, 6)
-	if len(got) != 6 {
-		t.Fatalf("visible %v", got)
-	}
+	wantOnly(t, brokers, topic, "a", 1, 6)
 }
 
 // A position that does not parse fails the batch, naming the message and
@@ -512,11 +515,7 @@ func TestDedupeCommitReportedButAbortedKfakeTV2(t *testing.T) {
 	if err := a.WriteBatch(ctx, posBatch("a", 4, 6)); err != nil {
 		t.Fatal(err)
 	}
-	got := countsIn(t, c.ListenAddrs(), testTopic)
-	wantExactly(t, got, "a", 1, 6)
-	if len(got) != 6 {
-		t.Fatalf("visible %v", got)
-	}
+	wantOnly(t, c.ListenAddrs(), testTopic, "a", 1, 6)
 	if n := a.m.tally.get("commit_aborted"); n != 1 {
 		t.Fatalf("commit_aborted counted %d, want 1", n)
 	}
@@ -551,9 +550,5 @@ func testDedupeCommitReportedButAborted(t *testing.T, brokers []string, topic, t
 	if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
 		t.Fatal(err)
 	}
-	got := countsIn(t, brokers, topic)
-	wantExactly(t, got, "a", 1, 6)
-	if len(got) != 6 {
-		t.Fatalf("visible %v", got)
-	}
+	wantOnly(t, brokers, topic, "a", 1, 6)
 }

@@ -99,11 +99,7 @@ func testZombieCommitsWhileRivalStarts(t *testing.T, brokers []string, res func(
 	if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
 		t.Fatal(err)
 	}
-	got := counts(t, brokers)
-	wantExactly(t, got, "a", 1, 6)
-	if len(got) != 6 {
-		t.Fatalf("visible %v", got)
-	}
+	wantOnly(t, brokers, testTopic, "a", 1, 6)
 	// A restart finds A's epoch 2 decided committed in the state cache.
 	slot := txnstate.SlotFor(2, len(b.slots))
 	if r, ok := slotRecord(t, b, slot); !ok || r.Epoch < 2 || r.Epoch == 2 && r.State != txnstate.Committed {
@@ -175,11 +171,7 @@ func TestZombieLaterEpochOpenAtRivalObserve(t *testing.T) {
 			if err := b.WriteBatch(ctx, posBatch("a", 1, 11)); err != nil {
 				t.Fatal(err)
 			}
-			got := counts(t, brokers)
-			wantExactly(t, got, "a", 1, 11)
-			if len(got) != 11 {
-				t.Fatalf("visible %v", got)
-			}
+			wantOnly(t, brokers, testTopic, "a", 1, 11)
 		})
 	}
 }
@@ -240,11 +232,7 @@ func TestZombieCommitsAbortedOpenBeforeFence(t *testing.T) {
 	if err := b.WriteBatch(ctx, posBatch("a", 1, 6)); err != nil {
 		t.Fatal(err)
 	}
-	got := counts(t, brokers)
-	wantExactly(t, got, "a", 1, 6)
-	if len(got) != 6 {
-		t.Fatalf("visible %v", got)
-	}
+	wantOnly(t, brokers, testTopic, "a", 1, 6)
 }
 
 // A rival's recovery must not write its decision for an epoch over a later
@@ -346,9 +334,5 @@ func testZombieLaterEpochPreparedAtRivalDecision(t *testing.T, brokers []string,
 	if err := b.WriteBatch(ctx, posBatch("a", 1, 12)); err != nil {
 		t.Fatal(err)
 	}
-	got := countsIn(t, brokers, topic)
-	wantExactly(t, got, "a", 1, 12)
-	if len(got) != 12 {
-		t.Fatalf("visible %v", got)
-	}
+	wantOnly(t, brokers, topic, "a", 1, 12)
 }
