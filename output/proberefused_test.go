@@ -56,17 +56,9 @@ func TestInDoubtProbeRefused(t *testing.T) {
 	})
 	res := newResources()
 	yaml := baseYAML(c.ListenAddrs(), "app", "")
-	ghost := txnstate.Record{
-		Format: txnstate.FormatVersion, TransactionalID: "app-1", Epoch: 7, ProducerID: 424242, ProducerEpoch: 3,
-		TxnVersion: txnstate.TV2, State: txnstate.Prepared,
-		Partitions: []txnstate.PartitionWrite{{Topic: testTopic, Partition: 0, FirstOffset: 1000, ProducerID: 424242}},
-	}
-	store := &stateStore{res: res, cache: "state", prefix: "app"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := store.writeSlot(ctx, 1, ghost); err != nil {
-		t.Fatal(err)
-	}
+	writeUnknownInDoubt(ctx, t, res)
 
 	o := newUnconnected(t, res, yaml)
 	err := o.Connect(ctx)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kversion"
 
@@ -173,6 +174,24 @@ func testTwoInDoubt(t *testing.T, brokers []string, topic, txnID string) {
 	}
 }
 
+// writeUnknownInDoubt writes into slot 1 of transactional id prefix "app", in
+// the state cache of res, the PREPARED record of an epoch (7) whose producer
+// (424242, epoch 3) and records the broker never saw: an in-doubt epoch that
+// neither DescribeTransactions nor the Fetch probe can identify, for the next
+// start of an output "app" on res to meet.
+func writeUnknownInDoubt(ctx context.Context, t testing.TB, res *service.Resources) {
+	t.Helper()
+	ghost := txnstate.Record{
+		Format: txnstate.FormatVersion, TransactionalID: "app-1", Epoch: 7, ProducerID: 424242, ProducerEpoch: 3,
+		TxnVersion: txnstate.TV2, State: txnstate.Prepared,
+		Partitions: []txnstate.PartitionWrite{{Topic: testTopic, Partition: 0, FirstOffset: 1000, ProducerID: 424242}},
+	}
+	store := &stateStore{res: res, cache: "state", prefix: "app"}
+	if err := store.writeSlot(ctx, 1, ghost); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An in-doubt epoch that neither DescribeTransactions nor the Fetch probe
 // identifies (its records are gone) never defaults to aborted: Connect fails
 // with an error naming the epoch and the id, then stops the pipeline; the
@@ -184,17 +203,9 @@ func TestUnknownInDoubtStopsThenOverride(t *testing.T) {
 	c := newCluster(t)
 	res := newResources()
 	yaml := baseYAML(c.ListenAddrs(), "app", "")
-	ghost := txnstate.Record{
-		Format: txnstate.FormatVersion, TransactionalID: "app-1", Epoch: 7, ProducerID: 424242, ProducerEpoch: 3,
-		TxnVersion: txnstate.TV2, State: txnstate.Prepared,
-		Partitions: []txnstate.PartitionWrite{{Topic: testTopic, Partition: 0, FirstOffset: 1000, ProducerID: 424242}},
-	}
-	store := &stateStore{res: res, cache: "state", prefix: "app"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := store.writeSlot(ctx, 1, ghost); err != nil {
-		t.Fatal(err)
-	}
+	writeUnknownInDoubt(ctx, t, res)
 	o := newUnconnected(t, res, yaml)
 	for i := 1; i <= inDoubtAttempts; i++ {
 		err := o.Connect(ctx)
