@@ -12,6 +12,25 @@ import (
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
+// writeStalled has zombie A write batch in the background and returns once
+// A's hooks closed stalled (the epoch held at the step the test chose, for
+// the rival to start meanwhile); A's answer comes on the returned channel.
+func writeStalled(ctx context.Context, a *output, batch service.MessageBatch, stalled <-chan struct{}) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- a.WriteBatch(ctx, batch) }()
+	<-stalled
+	return done
+}
+
+// rivalStart is where rival B starts after its recovery: its committed
+// dedupe position of key "a" and the number of its next epoch.
+func rivalStart(b *output) (pos int64, next uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	pos, _ = b.dd.CommittedOf("a")
+	return pos, b.nextEpoch
+}
+
 // A zombie that wakes while its rival starts, and commits an epoch after the
 // rival read the state cache but before the rival's InitProducerID fenced the
 // epoch's slot: the rival must count that epoch's dedupe positions (and
@@ -64,9 +83,7 @@ func testZombieCommitsWhileRivalStarts(t *testing.T, brokers []string, res func(
 		}
 		return nil
 	}}
-	aDone := make(chan error, 1)
-	go func() { aDone <- a.WriteBatch(ctx, posBatch("a", 3, 5)) }()
-	<-stalled
+	aDone := writeStalled(ctx, a, posBatch("a", 3, 5), stalled)
 
 	b := newUnconnected(t, res(), yaml)
 	b.hooks = &testHooks{afterRecover: func() {
@@ -81,10 +98,7 @@ func testZombieCommitsWhileRivalStarts(t *testing.T, brokers []string, res func(
 	if err := b.Connect(ctx); err != nil {
 		t.Fatalf("B's connect: %v", err)
 	}
-	b.mu.Lock()
-	p, _ := b.dd.CommittedOf("a")
-	next := b.nextEpoch
-	b.mu.Unlock()
+	p, next := rivalStart(b)
 	if p != 5 || next != 3 {
 		t.Errorf("B starts with a's committed position %d and next epoch %d, want 5 (A's epoch 2 committed) and 3", p, next)
 	}
@@ -144,9 +158,7 @@ func TestZombieLaterEpochOpenAtRivalObserve(t *testing.T) {
 				}
 				return nil
 			}}
-			a2 := make(chan error, 1)
-			go func() { a2 <- a.WriteBatch(ctx, posBatch("a", 3, 5)) }()
-			<-stalled2
+			a2 := writeStalled(ctx, a, posBatch("a", 3, 5), stalled2)
 			a4 := make(chan error, 1)
 
 			b := newUnconnected(t, res, yaml)
@@ -206,9 +218,7 @@ func TestZombieCommitsAbortedOpenBeforeFence(t *testing.T) {
 		}
 		return nil
 	}}
-	a2 := make(chan error, 1)
-	go func() { a2 <- a.WriteBatch(ctx, posBatch("a", 3, 5)) }()
-	<-stalled
+	a2 := writeStalled(ctx, a, posBatch("a", 3, 5), stalled)
 
 	b := newUnconnected(t, res, yaml)
 	b.hooks = &testHooks{afterRecover: func() {
@@ -296,9 +306,7 @@ func testZombieLaterEpochPreparedAtRivalDecision(t *testing.T, brokers []string,
 		}
 		return nil
 	}}
-	a2 := make(chan error, 1)
-	go func() { a2 <- a.WriteBatch(ctx, posBatch("a", 3, 5)) }()
-	<-stalled
+	a2 := writeStalled(ctx, a, posBatch("a", 3, 5), stalled)
 
 	b := newUnconnected(t, res(), yaml)
 	b.hooks = &testHooks{beforeObserve: func() {
@@ -318,10 +326,7 @@ func testZombieLaterEpochPreparedAtRivalDecision(t *testing.T, brokers []string,
 	if err := b.Connect(ctx); err != nil {
 		t.Fatalf("B's connect: %v", err)
 	}
-	b.mu.Lock()
-	p, _ := b.dd.CommittedOf("a")
-	next := b.nextEpoch
-	b.mu.Unlock()
+	p, next := rivalStart(b)
 	if p != 11 || next != 5 {
 		t.Errorf("B starts with a's committed position %d and next epoch %d, want 11 (A's epoch 4 committed) and 5", p, next)
 	}
