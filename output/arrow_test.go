@@ -435,26 +435,12 @@ func arrowStopMidCopyAndRestart(t *testing.T, e k2kTopics, txnID string) {
 	fillInput(t, e.brokers, e.in, 3*n)
 	slow := `
     - sleep: { duration: 100ms }`
-	s := buildStream(t, ordered(arrowCopyYAML(e, txnID, true, slow)))
-	done := make(chan error, 1)
-	go func() { done <- s.Run(context.Background()) }()
+	s, done := startStream(t, ordered(arrowCopyYAML(e, txnID, true, slow)))
 	wait(t, 30*time.Second, "some offsets committed", func() bool {
-		var sum int64
-		for _, o := range groupOffsets(t, e.brokers, e.grp, e.in) {
-			sum += o
-		}
-		return sum >= 300
+		return committedSum(t, e.brokers, e.grp, e.in) >= 300
 	})
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := s.Stop(sctx); err != nil {
-		t.Logf("stop: %v", err)
-	}
-	cancel()
-	<-done
-	var sum int64
-	for _, o := range groupOffsets(t, e.brokers, e.grp, e.in) {
-		sum += o
-	}
+	stopStream(t, s, done)
+	sum := committedSum(t, e.brokers, e.grp, e.in)
 	if sum >= 3*n {
 		t.Fatalf("the first run finished the copy (%d): not a mid-copy stop", sum)
 	}

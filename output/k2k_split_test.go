@@ -133,23 +133,13 @@ func TestK2KSplitProcessorStopsThenRestartCopies(t *testing.T) {
 	brokers := c.ListenAddrs()
 	const n = 300
 	fillInput(t, brokers, k2kIn, n)
-	s := buildStream(t, copyYAML(brokers, "k2k-split-stream", false, "\n    - split: { size: 2 }"))
-	done := make(chan error, 1)
-	go func() { done <- s.Run(context.Background()) }()
+	s, done := startStream(t, copyYAML(brokers, "k2k-split-stream", false, "\n    - split: { size: 2 }"))
 	wait(t, 60*time.Second, "the output's stop on the split", func() bool { return fc.err() != nil })
 	if !errors.Is(fc.err(), ErrSplitBatch) {
 		t.Fatalf("fatal error %v, want ErrSplitBatch", fc.err())
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := s.Stop(sctx); err != nil {
-		t.Logf("stop: %v", err)
-	}
-	cancel()
-	<-done
-	var sum int64
-	for _, o := range groupOffsets(t, brokers, k2kGroup, k2kIn) {
-		sum += o
-	}
+	stopStream(t, s, done)
+	sum := committedSum(t, brokers, k2kGroup, k2kIn)
 	t.Logf("the split copy stopped with %d of %d offsets committed", sum, n)
 	if sum >= n {
 		t.Fatalf("the split copy committed every offset (%d): it did not stop before its end", sum)

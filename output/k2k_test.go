@@ -197,6 +197,41 @@ func buildStream(t testing.TB, yaml string) *service.Stream {
 	return s
 }
 
+// startStream builds the stream of yaml and runs it in the background, for a
+// test that stops the copy before its end (stopStream); Run's result comes on
+// the returned channel.
+func startStream(t testing.TB, yaml string) (*service.Stream, <-chan error) {
+	t.Helper()
+	s := buildStream(t, yaml)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	return s, done
+}
+
+// stopStream stops a stream startStream runs, as a SIGTERM would (10s for
+// its outputs to finish; a stop that fails is logged, not a failure), and
+// waits for its Run to return.
+func stopStream(t testing.TB, s *service.Stream, done <-chan error) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := s.Stop(sctx); err != nil {
+		t.Logf("stop: %v", err)
+	}
+	cancel()
+	<-done
+}
+
+// committedSum is the sum of group grp's committed offsets of topic in: how
+// far a copy of in got, over all its partitions.
+func committedSum(t testing.TB, brokers []string, grp, in string) int64 {
+	t.Helper()
+	var sum int64
+	for _, o := range groupOffsets(t, brokers, grp, in) {
+		sum += o
+	}
+	return sum
+}
+
 func runStream(t testing.TB, yaml string, d time.Duration) {
 	t.Helper()
 	s := buildStream(t, yaml)
@@ -323,26 +358,12 @@ func stopMidCopyAndRestart(t *testing.T, e k2kTopics, txnID string, n int) {
 	slow := `
     - sleep: { duration: 5ms }`
 	// In order: see TestK2KKillNine.
-	s := buildStream(t, ordered(copyYAMLFor(e, txnID, false, slow)))
-	done := make(chan error, 1)
-	go func() { done <- s.Run(context.Background()) }()
+	s, done := startStream(t, ordered(copyYAMLFor(e, txnID, false, slow)))
 	wait(t, 30*time.Second, "some offsets committed", func() bool {
-		var sum int64
-		for _, o := range groupOffsets(t, brokers, e.grp, e.in) {
-			sum += o
-		}
-		return sum >= int64(n/5)
+		return committedSum(t, brokers, e.grp, e.in) >= int64(n/5)
 	})
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := s.Stop(sctx); err != nil {
-		t.Logf("stop: %v", err)
-	}
-	cancel()
-	<-done
-	var sum int64
-	for _, o := range groupOffsets(t, brokers, e.grp, e.in) {
-		sum += o
-	}
+	stopStream(t, s, done)
+	sum := committedSum(t, brokers, e.grp, e.in)
 	if sum >= int64(n) {
 		t.Fatalf("the first run finished the copy (%d): not a mid-copy stop", sum)
 	}
@@ -536,16 +557,9 @@ func TestK2KGroupMembership(t *testing.T) {
 	// start, with the generation stamped on the batches.
 	precommit(t, e)
 	yaml := strings.Replace(copyYAMLFor(e, "k2k-member", false, ""), "    stop_offset: latest\n", "    stop_offset: none\n    group_membership: true\n", 1)
-	s := buildStream(t, yaml)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(context.Background()) }()
+	s, done := startStream(t, yaml)
 	waitLag0(t, e, 30*time.Second)
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := s.Stop(sctx); err != nil {
-		t.Logf("stop: %v", err)
-	}
-	cancel()
-	<-done
+	stopStream(t, s, done)
 	checkCopyOf(t, e, n, func(int) bool { return true })
 }
 
