@@ -390,6 +390,20 @@ func TestK2KUnwritableZombieBeforeDeadLetter(t *testing.T) {
 	}
 }
 
+// writePastUnwritable has a (the owner of partition 0 of k2kIn from offset 0)
+// write offsets 0 to 3, of which offset 1 is too large and fails (for the
+// dead-letter route), then [4, 8), written while the group's offset is held
+// at 1: the previous owner's copy that the next owner's replay meets.
+func writePastUnwritable(ctx context.Context, t *testing.T, a *output) {
+	t.Helper()
+	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 0, 4, 1)); !errors.Is(err, ErrCannotWrite) {
+		t.Fatalf("first batch: %v, want offset 1 failed", err)
+	}
+	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 4, 8)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestK2KUnwritableReplayPastHeldOffsetMoved: the next owner of a partition
 // whose offset was held at an unwritable message replays the records the
 // previous owner wrote past it. The route takes the message early in the
@@ -409,14 +423,7 @@ func TestK2KUnwritableReplayPastHeldOffsetMoved(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a := startK2K(ctx, t, res, yaml, k2kIn, 0)
-	// Offsets 0 to 3; offset 1 is too large. Then [4, 8), written while
-	// the offset is held at 1.
-	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 0, 4, 1)); !errors.Is(err, ErrCannotWrite) {
-		t.Fatalf("first batch: %v, want offset 1 failed", err)
-	}
-	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 4, 8)); err != nil {
-		t.Fatal(err)
-	}
+	writePastUnwritable(ctx, t, a)
 	want := map[string]int{"a-0": 1, "a-2": 1, "a-3": 1, "a-4": 1, "a-5": 1, "a-6": 1, "a-7": 1}
 	if got := counts(t, brokers); !maps.Equal(got, want) {
 		t.Fatalf("before the stop: visible %v, want %v", got, want)
@@ -483,14 +490,7 @@ func TestK2KWaitingBatchAcksTheRecordsThePreviousOwnerWrote(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a := startK2K(ctx, t, res, yaml, k2kIn, 0)
-	// Offsets 0 to 3; offset 1 is too large. Then [4, 8), written while
-	// the offset is held at 1.
-	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 0, 4, 1)); !errors.Is(err, ErrCannotWrite) {
-		t.Fatalf("first batch: %v, want offset 1 failed", err)
-	}
-	if err := a.WriteBatch(ctx, k2kSourced("a", 0, 4, 8)); err != nil {
-		t.Fatal(err)
-	}
+	writePastUnwritable(ctx, t, a)
 	if got := groupOffsets(t, brokers, k2kGroup, k2kIn)[0]; got != 1 {
 		t.Fatalf("the group's offset of %s/0 is %d, want 1 (held at the unwritable record)", k2kIn, got)
 	}
