@@ -165,7 +165,11 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 	return rec, nil
 }
 
-// markReplayed sets Replayed, in Kafka-to-Kafka mode, on each in-doubt epoch
+// markReplayed sets, in Kafka-to-Kafka mode, Rereads on each in-doubt epoch
+// that stored source offsets for the group this output commits (its abort
+// moved none of them: whatever the group committed since, a later epoch found
+// committed contradicts nothing, txnstate.Resolve), and Replayed on each
+// in-doubt epoch
 // found aborted before a later one found committed whose batches were
 // committed again since: the group's committed offsets are at or past every
 // source offset it would have committed. Offsets move only over a contiguous
@@ -175,8 +179,8 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 // PREPARE whose write timed out can land after the ABORTED written once the
 // epoch aborted (or after the slot's later epochs), while the instance went
 // on and replayed the epoch. An epoch that stored no source offsets, or
-// whose offsets the group has not reached, is left as it is: a later epoch
-// committed over a gap it left still stops the start. (An epoch whose offset
+// whose offsets the group has not reached, is not Replayed: a later open
+// epoch is aborted after it. (An epoch whose offset
 // was held at a message a dead-letter route had not taken yet stored the
 // held offset, which says nothing of the records it wrote past it: a group
 // still at exactly that offset passes the check without showing them
@@ -188,6 +192,11 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 func (o *output) markReplayed(ctx context.Context, in []txnstate.InDoubt) {
 	if o.conf.mode != txnstate.KafkaToKafka || o.k2k == nil {
 		return
+	}
+	for i, d := range in {
+		if len(d.Record.SourceOffsets) > 0 && d.Record.Group == o.k2k.group {
+			in[i].Rereads = true
+		}
 	}
 	var lastCommitted uint64
 	for _, d := range in {

@@ -272,6 +272,28 @@ func TestResolve(t *testing.T) {
 		{"an unreplayed aborted epoch after a replayed one still bars", KafkaToKafka, NoOverride,
 			[]InDoubt{{Record: r(1), Outcome: FoundAborted, Replayed: true}, {Record: r(2), Outcome: FoundAborted}, {Record: r(3), Outcome: FoundCommitted}},
 			[]want{{1, MarkAborted}, {2, MarkAborted}, {3, Stop}}, ErrContradiction},
+		// Kafka-to-Kafka, the epoch's source offsets commit in its own
+		// transaction: its abort moved no offset past its records, so a
+		// later commit contradicts nothing, even where the group's
+		// offsets have not reached it (its records are read again).
+		{"committed after an aborted epoch whose offsets were in its transaction", KafkaToKafka, NoOverride,
+			[]InDoubt{{Record: r(19), Outcome: FoundAborted, Rereads: true}, {Record: r(21), Outcome: FoundCommitted}},
+			[]want{{19, MarkAborted}, {21, MarkCommitted}}, nil},
+		{"committed after an abort-open epoch whose offsets were in its transaction", KafkaToKafka, NoOverride,
+			[]InDoubt{{Record: r(1), Outcome: FoundAborted, Rereads: true}, {Record: r(2), Outcome: StillOpen, Rereads: true}, {Record: r(3), Outcome: FoundCommitted, Rereads: true}},
+			[]want{{1, MarkAborted}, {2, AbortOpen}, {3, MarkCommitted}}, nil},
+		{"two committed after an aborted epoch whose offsets were in its transaction", KafkaToKafka, NoOverride,
+			[]InDoubt{{Record: r(1), Outcome: FoundAborted, Rereads: true}, {Record: r(2), Outcome: FoundCommitted}, {Record: r(3), Outcome: FoundCommitted}},
+			[]want{{1, MarkAborted}, {2, MarkCommitted}, {3, MarkCommitted}}, nil},
+		{"open after an aborted epoch whose offsets were in its transaction still aborts", KafkaToKafka, NoOverride,
+			[]InDoubt{{Record: r(1), Outcome: FoundAborted, Rereads: true}, {Record: r2(3), Outcome: StillOpen, Rereads: true}},
+			[]want{{1, MarkAborted}, {3, AbortOpen}}, nil},
+		{"an aborted epoch without its offsets in its transaction still bars", KafkaToKafka, NoOverride,
+			[]InDoubt{{Record: r(1), Outcome: FoundAborted, Rereads: true}, {Record: r(2), Outcome: FoundAborted}, {Record: r(3), Outcome: FoundCommitted, Rereads: true}},
+			[]want{{1, MarkAborted}, {2, MarkAborted}, {3, Stop}}, ErrContradiction},
+		{"rereads counts in Kafka-to-Kafka mode only", Dedupe, NoOverride,
+			[]InDoubt{{Record: r(1), Outcome: FoundAborted, Rereads: true}, {Record: r(2), Outcome: FoundCommitted}},
+			[]want{{1, MarkAborted}, {2, Stop}}, ErrContradiction},
 		{"replayed counts for a found-aborted epoch only", KafkaToKafka, NoOverride,
 			[]InDoubt{{Record: r(1), Outcome: StillOpen, Replayed: true}, {Record: r(2), Outcome: FoundCommitted}},
 			[]want{{1, AbortOpen}, {2, Stop}}, ErrContradiction},

@@ -104,6 +104,17 @@ type InDoubt struct {
 	// ABORTED written over it, or after the slot's later epochs), while
 	// the instance that aborted it went on and replayed it.
 	Replayed bool
+	// Rereads: Kafka-to-Kafka, the epoch's source offsets were to commit
+	// in its own transaction, for the consumer group the output commits
+	// now. Aborted, it moved no offset: on each of its source partitions
+	// the group's committed offset is past its records (committed again
+	// since) or not, and they are read again from there; a later epoch's
+	// commit moves the group's offsets only over the records it wrote
+	// (invariant I8). A later epoch found committed is then no
+	// contradiction. Unlike Replayed, a later open epoch is still aborted:
+	// it may have been opened before the abort, with offsets past the
+	// aborted epoch's records. Counts in Kafka-to-Kafka mode only.
+	Rereads bool
 }
 
 // Decision is Resolve's answer for one in-doubt epoch.
@@ -144,9 +155,16 @@ func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 	out := make([]Decision, 0, len(in))
 	var (
 		abortedAt *uint64
-		stopped   bool
-		errs      []error
+		// gapAt is the first aborted epoch a later commit contradicts:
+		// one whose abort may have left records a later epoch's
+		// positions moved past.
+		gapAt   *uint64
+		stopped bool
+		errs    []error
 	)
+	noGap := func(d InDoubt) bool {
+		return (d.Replayed && d.Outcome == FoundAborted) || (mode == KafkaToKafka && d.Rereads)
+	}
 	for _, d := range in {
 		dec := Decision{Record: d.Record, Outcome: d.Outcome}
 		switch {
@@ -155,12 +173,20 @@ func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 		case abortedAt != nil:
 			switch d.Outcome {
 			case FoundCommitted:
-				dec.Action, dec.Reason = Stop, fmt.Sprintf("found committed after epoch %d aborted", *abortedAt)
-				errs = append(errs, fmt.Errorf("%w: epoch %d (%s) committed, epoch %d aborted", ErrContradiction, d.Record.Epoch, d.Record.TransactionalID, *abortedAt))
+				if gapAt == nil {
+					dec.Action, dec.Reason = MarkCommitted, fmt.Sprintf("found committed; epoch %d aborted before it moved none of the group's offsets past its records", *abortedAt)
+					break
+				}
+				dec.Action, dec.Reason = Stop, fmt.Sprintf("found committed after epoch %d aborted", *gapAt)
+				errs = append(errs, fmt.Errorf("%w: epoch %d (%s) committed, epoch %d aborted", ErrContradiction, d.Record.Epoch, d.Record.TransactionalID, *gapAt))
 			case FoundAborted:
 				dec.Action, dec.Reason = MarkAborted, "found aborted"
 			default:
 				dec.Action, dec.Reason = AbortOpen, fmt.Sprintf("aborted: epoch %d aborted before it", *abortedAt)
+			}
+			if (dec.Action == MarkAborted || dec.Action == AbortOpen) && gapAt == nil && !noGap(d) {
+				e := d.Record.Epoch
+				gapAt = &e
 			}
 		default:
 			switch d.Outcome {
@@ -221,6 +247,9 @@ func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 			if (dec.Action == MarkAborted || dec.Action == AbortOpen) && !replayed {
 				e := d.Record.Epoch
 				abortedAt = &e
+				if !noGap(d) {
+					gapAt = &e
+				}
 			}
 		}
 		out = append(out, dec)
