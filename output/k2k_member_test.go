@@ -3,10 +3,12 @@ package output
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/connect-eos/connect-eos/handover"
@@ -164,5 +166,67 @@ func restampAfterRebalance(t *testing.T, e k2kTopics, txnID string) {
 	}
 	if got := readCommitted(t, e.brokers, e.out); len(got) != 3 {
 		t.Fatalf("output %v, want 3 records", got)
+	}
+}
+
+// TestK2KMemberMixedStaleBatch: with group_membership and output batching,
+// one output batch merges input batches of a partition this member still
+// owns with input batches of one it gave up (read before the revoke, nacked
+// by the epoch the revoke aborted, and replayed together by the input's
+// retry list). The given-up input batches are acknowledged unwritten, as a
+// batch of them alone is (the partition's next owner reads them again), and
+// the owned ones are written with their offsets. Nacking the whole batch
+// instead stalls the owned partition for good: every replay merges the same
+// input batches again (seed 2912630832260719389 hung with in/0 ten records
+// short, "a batch mixes records of partitions this member owns and of ones
+// it gave up" logged every second).
+func TestK2KMemberMixedStaleBatch(t *testing.T) {
+	c := newK2KCluster(t)
+	brokers := c.ListenAddrs()
+	o := k2kOutput(t, newResources(), brokers, "k2k-member-mixed")
+	// A real member of the group, so that the coordinator takes the
+	// transactional commits of its generation.
+	cl, mem, gen := joinGroup(t, brokers, k2kGroup, k2kIn)
+	defer cl.Close()
+	fg := &fakeGroup{owned: map[int32]uint64{0: 1, 1: 1}, gen: gen, member: mem}
+	o.Member(fg)
+	o.StartAt(map[string]map[int32]int64{k2kIn: {0: 0, 1: 0}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// One input batch per record (in_batch 1), merged by output batching:
+	// p0 [0, 3) and p1 [0, 2), each record its own span.
+	merged := func() service.MessageBatch {
+		var b service.MessageBatch
+		for off := int64(0); off < 3; off++ {
+			m := k2kSourced("p0", 0, off, off+1)
+			handover.WithSpan(m, memberSpan(0, off, off+1, 1))
+			b = append(b, m...)
+		}
+		for off := int64(0); off < 2; off++ {
+			m := k2kSourced("p1", 1, off, off+1)
+			handover.WithSpan(m, memberSpan(1, off, off+1, 1))
+			b = append(b, m...)
+		}
+		return b
+	}
+	// Partition 1 is revoked (another member takes it) before the batch
+	// reaches the output.
+	fg.revoke(1)
+	o.Revoked(ctx, map[string][]int32{k2kIn: {1}})
+	b := merged()
+	if err := o.WriteBatch(ctx, b); err != nil {
+		t.Fatalf("batch merging owned and given-up input batches: %v, want the owned written and the given-up dropped", err)
+	}
+	want := map[string]int{"p0-0": 1, "p0-1": 1, "p0-2": 1}
+	if got := counts(t, brokers); !maps.Equal(got, want) {
+		t.Fatalf("visible %v, want %v (the owned partition's records once, nothing of the given-up one)", got, want)
+	}
+	got := groupOffsets(t, brokers, k2kGroup, k2kIn)
+	if got[0] != 3 {
+		t.Fatalf("committed offset of partition 0: %d, want 3", got[0])
+	}
+	if _, ok := got[1]; ok {
+		t.Fatalf("an offset committed for the given-up partition 1: %v", got)
 	}
 }
