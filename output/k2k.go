@@ -146,18 +146,21 @@ func (k *k2k) currentLocked(s handover.Span) bool {
 	return ok && id == s.Assignment
 }
 
-// staleSpans counts the spans read under an assignment this member no longer
-// holds.
-func (k *k2k) staleSpans(spans []handover.Span) int {
+// staleSpans returns the spans read under an assignment this member no
+// longer holds.
+func (k *k2k) staleSpans(spans []handover.Span) map[handover.Span]bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	n := 0
+	var stale map[handover.Span]bool
 	for _, s := range spans {
 		if !k.currentLocked(s) {
-			n++
+			if stale == nil {
+				stale = map[handover.Span]bool{}
+			}
+			stale[s] = true
 		}
 	}
-	return n
+	return stale
 }
 
 // warnUnstartedLocked says once per partition that its records reached the
@@ -573,33 +576,56 @@ func (k *k2k) nack(spans []handover.Span) {
 	k.signalLocked()
 }
 
-// dropStaleLocked decides for a batch whose spans were read under an
-// assignment this group member no longer holds (group_membership: revoked or
-// lost, possibly assigned again since): it is acknowledged without being
-// written (drop true, nil error). That is safe: the input ignores the ack (it
-// stopped tracking that assignment before the output learned of the revoke),
-// so no offset is ever committed on its strength; the group's committed
-// offset is either at or below its From, and the partition's next owner
-// (another member, or this one under a new assignment, which starts from the
-// committed offset) reads it again, or above it, which by I8 means an epoch
-// committed those records with their offsets already. Writing it instead
-// would commit records without their offsets (the next owner copies them
-// again). A batch mixing current and stale spans (a processor merged
-// partitions) cannot be split: it is an error (nacked), logged. Called with
-// o.mu held.
-func (o *output) dropStaleLocked(spans []handover.Span) (bool, error) {
-	n := o.k2k.staleSpans(spans)
-	switch {
-	case n == 0:
-		return false, nil
-	case n == len(spans):
-		o.m.k2kRebalanceEvent(k2kDroppedBatch)
-		o.log.Debugf("kafka_eos: group %s: batch of %s/%d [%d, %d) read under an assignment this member no longer holds: dropped (the partition's owner reads it again)", o.k2k.group, spans[0].Topic, spans[0].Partition, spans[0].From, spans[0].To)
-		return true, nil
-	default:
-		o.log.Errorf("kafka_eos: group %s: a batch mixes records of partitions this member owns and of ones it gave up; it cannot be written nor dropped whole", o.k2k.group)
-		return false, fmt.Errorf("%w: a batch mixes records of owned and given-up partitions", errRevoked)
+// dropStaleLocked drops of w the input batches (spans) read under an
+// assignment this member no longer holds (group_membership: revoked or lost,
+// possibly assigned again since): their messages are acknowledged without
+// being written (marked done, their records and spans removed), and it
+// reports whether nothing of w is left to join (every span stale). That is
+// safe: the input ignores the ack (it stopped tracking that assignment before
+// the output learned of the revoke), so no offset is ever committed on its
+// strength; the group's committed offset is either at or below the span's
+// From, and the partition's next owner (another member, or this one under a
+// new assignment, which starts from the committed offset) reads it again, or
+// above it, which by I8 means an epoch committed those records with their
+// offsets already. Writing it instead would commit records without their
+// offsets (the next owner copies them again). A batch that merges input
+// batches of partitions still owned with stale ones (output batching, or a
+// processor merging partitions) writes the owned ones: nacked whole, it came
+// back merged the same way, for good (the input's retry list replays the
+// rejected input batches together; seed 2912630832260719389 stalled its
+// owned partition). mask, when not nil, is admitLocked's per span and is
+// returned for the spans kept. Called with o.mu held.
+func (o *output) dropStaleLocked(w *write, mask []bool) ([]bool, bool) {
+	stale := o.k2k.staleSpans(w.spans)
+	if len(stale) == 0 {
+		return mask, false
 	}
+	o.m.k2kRebalanceEvent(k2kDroppedBatch)
+	for s := range stale {
+		o.log.Debugf("kafka_eos: group %s: batch of %s/%d [%d, %d) read under an assignment this member no longer holds: dropped (the partition's owner reads it again)", o.k2k.group, s.Topic, s.Partition, s.From, s.To)
+	}
+	for i, msg := range w.batch {
+		if s, ok := handover.SpanOf(msg); ok && stale[s] {
+			if w.done == nil {
+				w.done = make(map[int]bool)
+			}
+			w.done[i] = true
+		}
+	}
+	var keep []handover.Span
+	var keepMask []bool
+	for i, s := range w.spans {
+		if stale[s] {
+			continue
+		}
+		keep = append(keep, s)
+		if mask != nil {
+			keepMask = append(keepMask, mask[i])
+		}
+	}
+	w.spans = keep
+	w.dropRecords(func(i int) bool { return w.done[i] })
+	return keepMask, len(keep) == 0
 }
 
 // admitWait bounds how long a batch ahead of its partition's run waits for
@@ -1189,8 +1215,8 @@ func sortBySource(w *write) {
 
 func (m *k2kMode) skip(*write) (bool, error) { return false, nil }
 
-// admit drops a batch read under an assignment this member no longer holds
-// (dropStaleLocked) and makes a batch ahead of its partition's run wait for
+// admit drops the input batches read under an assignment this member no
+// longer holds (dropStaleLocked: the batch, or those merged into it) and makes a batch ahead of its partition's run wait for
 // its predecessor (admitLocked). When only some of the batch's spans may
 // join, the messages of the others fail with ErrOutOfOrder (nacked: an input
 // batch is one span, so each is written or nacked whole) and their spans are
@@ -1200,8 +1226,8 @@ func (m *k2kMode) admit(ctx context.Context, w *write, ep *epoch) (*epoch, error
 	if len(w.spans) == 0 {
 		return ep, nil
 	}
-	if drop, err := o.dropStaleLocked(w.spans); drop || err != nil {
-		return nil, err
+	if _, none := o.dropStaleLocked(w, nil); none {
+		return nil, nil
 	}
 	ep, mask, err := o.admitLocked(ctx, w.spans, ep, w.turn)
 	if err != nil {
@@ -1209,8 +1235,9 @@ func (m *k2kMode) admit(ctx context.Context, w *write, ep *epoch) (*epoch, error
 	}
 	// admitLocked may have waited without o.mu: a revoke in between is
 	// seen here, before the batch joins.
-	if drop, err := o.dropStaleLocked(w.spans); drop || err != nil {
-		return nil, err
+	mask, none := o.dropStaleLocked(w, mask)
+	if none {
+		return nil, nil
 	}
 	if mask != nil {
 		m.joinPart(w, mask)
