@@ -203,6 +203,11 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		{Result{Plan: Plan{Mode: ModeK2K}, Stats: Stats{KfakeUnknown: 9}}, "hang: members still stop in doubt after 4 restarts at the end of the run", "kfake-unknown-loop"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true}, Stats: Stats{Deleted: 500}}, "hang: the run did not end within 45s", "retention-hang"},
 		{Result{Plan: Plan{Mode: ModeMembers, AbortedTxns: 3}, Stats: Stats{CacheFaults: 3}}, "hang: the run did not end within 45s (progress 0.98: in/1 committed 0 of 12, ...)", "offsets-only-abort"},
+		// Seed 2912630832260719389, FAIL(offsets-only-abort) in a sweep:
+		// an output batch merging in/0's and the given-up in/1's input
+		// batches, nacked whole over and over.
+		{Result{Plan: Plan{Mode: ModeMembers, AbortedTxns: 3, Batching: 50}, Stats: Stats{Zombies: 1}},
+			"hang: the run did not end within 45s (progress 0.98: in/0 committed 302 of 313, ...) [" + stallMixedStale + "]", "members-mixed-stale"},
 		// Seed 1548330889915747987 before the fix: every start stopped on
 		// recovery's contradiction (the first instance's log also held
 		// batches waiting for the batch before them).

@@ -481,8 +481,19 @@ func (r *runner) stallHint() string {
 			return " [a batch waits for the batch before it, nacked, over and over]"
 		}
 	}
+	for _, in := range r.all {
+		b, err := os.ReadFile(in.logf)
+		if err == nil && strings.Count(string(b), "a batch mixes records of partitions this member owns and of ones it gave up") >= 5 {
+			return " [" + stallMixedStale + "]"
+		}
+	}
 	return ""
 }
+
+// stallMixedStale is stallHint's words for a batch merging input batches of
+// owned and given-up partitions, nacked whole over and over (the output's
+// error before the fix of members-mixed-stale).
+const stallMixedStale = "a batch mixing owned and given-up partitions nacked, over and over"
 
 // state describes the runner's view of the instances, for a hang report.
 func (r *runner) state() string {
