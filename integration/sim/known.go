@@ -358,8 +358,8 @@ var Defects = []Defect{
 			"revoke, nacked by the epoch the revoke aborted), and was nacked whole (\"a batch mixes records of " +
 			"partitions this member owns and of ones it gave up\"); the input's retry list replayed those input " +
 			"batches together, output batching merged them again, and the owned partition never moved on " +
-			"(seed 2912630832260719389, in/0 ten records short; 2 of 3 replays hung before the fix, classified " +
-			"offsets-only-abort). Fixed: the given-up input batches are acknowledged unwritten (as a batch of them " +
+			"(seed 2912630832260719389, in/0 ten records short, classified offsets-only-abort; or, the batches of " +
+			"the owned partition behind it waiting for it, classified k2k-stall). Fixed: the given-up input batches are acknowledged unwritten (as a batch of them " +
 			"alone is) and the owned ones written",
 		Match: func(r Result, f string) bool {
 			return r.Plan.Mode == ModeMembers && strings.HasPrefix(f, "hang:") && strings.Contains(f, stallMixedStale)

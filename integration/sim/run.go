@@ -473,18 +473,21 @@ func (r *runner) stallHint() string {
 		}
 	}
 	for _, in := range r.all {
+		// A batch mixing owned and given-up partitions nacked over and
+		// over also leaves the batches of the owned partition after it
+		// waiting for it: named first.
+		b, err := os.ReadFile(in.logf)
+		if err == nil && strings.Count(string(b), "a batch mixes records of partitions this member owns and of ones it gave up") >= 5 {
+			return " [" + stallMixedStale + "]"
+		}
+	}
+	for _, in := range r.all {
 		b, err := os.ReadFile(in.logf)
 		// "waited 5s for the batch before it", "waited 1s ...", "the
 		// batch before it was nacked and is replayed after it": over
 		// and over, not once.
 		if err == nil && strings.Count(string(b), "the batch before it") >= 5 {
 			return " [a batch waits for the batch before it, nacked, over and over]"
-		}
-	}
-	for _, in := range r.all {
-		b, err := os.ReadFile(in.logf)
-		if err == nil && strings.Count(string(b), "a batch mixes records of partitions this member owns and of ones it gave up") >= 5 {
-			return " [" + stallMixedStale + "]"
 		}
 	}
 	return ""
