@@ -1216,8 +1216,9 @@ func sortBySource(w *write) {
 func (m *k2kMode) skip(*write) (bool, error) { return false, nil }
 
 // admit drops the input batches read under an assignment this member no
-// longer holds (dropStaleLocked: the batch, or those merged into it) and makes a batch ahead of its partition's run wait for
-// its predecessor (admitLocked). When only some of the batch's spans may
+// longer holds (dropStaleLocked: the batch, or those merged into it) and
+// makes a batch ahead of its partition's run wait for its predecessor
+// (admitLocked). When only some of the batch's spans may
 // join, the messages of the others fail with ErrOutOfOrder (nacked: an input
 // batch is one span, so each is written or nacked whole) and their spans are
 // neither admitted nor committed.
