@@ -53,7 +53,7 @@ var regressionSeeds = []uint64{
 	2125380186602517435, // stale-abort-contradiction with the group behind: k2k TV0, a zombie's epoch 19 prepared in its rival's start and aborted by its fence, the rival's epoch 21 committed and in doubt; every start stopped (1 in a sweep; 0 of 3 replays before the fix, 0 of 6 on it)
 	801029643603913223,  // a harness bound: arrow, a fatal Fetch fault surfacing only after an output stalled 25 s on the state cache, past the 20 s fatal bound (2 of 3 replays failed, 0 of 4 with the 40 s bound counted again after a stop on anything else)
 	4753024081750417107, // a harness bug: the run ended while a member stopped fatally in doubt with another slot's epoch open, and its restart was killed before its start aborted that epoch (1 of 6 replays failed before the fix, 0 of 8 after)
-	2912630832260719389, // members-mixed-stale: k2k members, output batching 50, in_batch 1: after in/1's revoke an output batch merged its input batches with in/0's and was nacked whole, over and over (FAIL(offsets-only-abort) hang in a sweep; 2 of 3 replays hung before the fix, 0 of 5 on it)
+	2912630832260719389, // members-mixed-stale: k2k members, output batching 50, in_batch 1: after in/1's revoke an output batch merged its input batches with in/0's and was nacked whole, over and over (FAIL(offsets-only-abort) hang in a sweep; 4 of 14 replays hung before the fix, one classified k2k-stall before the stall hint named it, 0 of 15 on it)
 	4655578887286468728, // a dedupe batch written in part (owed replays written, the rest nacked) was committed in two epochs, against "an epoch holds whole batches"; the partial write was reverted (2 of 2 replays failed with it, 2 of 2 passed without)
 }
 
