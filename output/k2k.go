@@ -592,8 +592,7 @@ func (k *k2k) nack(spans []handover.Span) {
 // batches of partitions still owned with stale ones (output batching, or a
 // processor merging partitions) writes the owned ones: nacked whole, it came
 // back merged the same way, for good (the input's retry list replays the
-// rejected input batches together; seed 2912630832260719389 stalled its
-// owned partition). mask, when not nil, is admitLocked's per span and is
+// rejected input batches together, and the owned partition stalled). mask, when not nil, is admitLocked's per span and is
 // returned for the spans kept. Called with o.mu held.
 func (o *output) dropStaleLocked(w *write, mask []bool) ([]bool, bool) {
 	stale := o.k2k.staleSpans(w.spans)
