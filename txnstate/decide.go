@@ -352,6 +352,31 @@ func ClassifyAbort(pid int64, e int16, tv TxnVersion, o Observation, timedOut bo
 	return AbortUnclear
 }
 
+// ReinitAfterRival says, from DescribeTransactions before a slot's
+// re-initialisation (before: the check that found no other producer) and the
+// producer id and epoch the one InitProducerID that re-initialisation sent
+// got back, whether another producer initialised the transactional id between
+// the two. From Empty, CompleteCommit or CompleteAbort an InitProducerID bumps
+// the epoch by exactly one (Apache Kafka and kfake, under both transaction
+// versions), and no transaction is open for the coordinator's timeout to
+// abort; so a later epoch at the same producer id is another InitProducerID's,
+// and that producer has just been fenced by ours. From any other state the
+// InitProducerID aborts or waits for a transaction itself, and a new producer
+// id (the epoch overflowed, or the id expired) tells nothing: false.
+//
+// The caller must have sent exactly one InitProducerID: a retried one whose
+// first answer was lost bumps twice on its own.
+func ReinitAfterRival(before Observation, pid int64, e int16) bool {
+	if !before.Found || pid != before.ProducerID {
+		return false
+	}
+	switch before.State {
+	case BrokerEmpty, BrokerCompleteCommit, BrokerCompleteAbort:
+		return int32(e) > int32(before.ProducerEpoch)+1
+	}
+	return false
+}
+
 // CommitCheck is what the broker's state right after an EndTxn(commit) that
 // the client reported successful says about that commit (CheckCommit).
 type CommitCheck uint8

@@ -384,3 +384,37 @@ func TestCheckCommit(t *testing.T) {
 		}
 	}
 }
+
+func TestReinitAfterRival(t *testing.T) {
+	const pid, e = 50, 7
+	for _, tc := range []struct {
+		name   string
+		before Observation
+		pid    int64
+		e      int16
+		want   bool
+	}{
+		{"empty, one bump", obs(BrokerEmpty, pid, e), pid, e + 1, false},
+		{"complete commit, one bump", obs(BrokerCompleteCommit, pid, e), pid, e + 1, false},
+		{"complete abort, one bump", obs(BrokerCompleteAbort, pid, e), pid, e + 1, false},
+		{"empty, two bumps", obs(BrokerEmpty, pid, e), pid, e + 2, true},
+		{"complete commit, three bumps", obs(BrokerCompleteCommit, pid, e), pid, e + 3, true},
+		{"complete abort, two bumps", obs(BrokerCompleteAbort, pid, e), pid, e + 2, true},
+		// An open or ending transaction is aborted or awaited by the
+		// InitProducerID itself (a bump of its own, or a timeout's).
+		{"ongoing, two bumps", obs(BrokerOngoing, pid, e), pid, e + 2, false},
+		{"prepare abort, two bumps", obs(BrokerPrepareAbort, pid, e), pid, e + 2, false},
+		{"prepare commit, two bumps", obs(BrokerPrepareCommit, pid, e), pid, e + 2, false},
+		{"epoch fence, two bumps", obs(BrokerPrepareEpochFence, pid, e), pid, e + 2, false},
+		// A new producer id: the epoch overflowed, or the id expired.
+		{"new producer id", obs(BrokerEmpty, pid, e), pid + 1, 0, false},
+		{"at the epoch limit", obs(BrokerEmpty, pid, math.MaxInt16-1), pid + 9, 0, false},
+		{"not found", Observation{}, pid, e + 5, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ReinitAfterRival(tc.before, tc.pid, tc.e); got != tc.want {
+				t.Errorf("ReinitAfterRival(%v, %d, %d) = %v, want %v", tc.before, tc.pid, tc.e, got, tc.want)
+			}
+		})
+	}
+}
