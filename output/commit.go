@@ -193,7 +193,7 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 			ep.slot.broken = true
 		}
 		o.finish(ep, nil)
-		o.rewarm(ctx, ep.slot)
+		o.rewarm(ctx, ep.slot, nil)
 		o.releaseSlot(ep.slot)
 		if o.k2k != nil && o.k2k.floorPending() {
 			// Positions handed over that it could not carry (the
@@ -303,15 +303,17 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 		return
 	}
 	o.m.buffered.Set(o.bufferedBytes())
+	var checked *txnstate.Observation
 	if ep.slot.broken {
 		// The client is spent (an in-doubt commit, offsets only):
 		// before a new one takes the id, is it still ours?
-		if rerr := o.rivalAfterCommit(ctx, ep, rec); rerr != nil {
+		var rerr error
+		if checked, rerr = o.rivalAfterCommit(ctx, ep, rec); rerr != nil {
 			o.zombie(ep.slot, rerr)
 			return
 		}
 	}
-	o.rewarm(ctx, ep.slot)                // after an in-doubt commit the client is spent
+	o.rewarm(ctx, ep.slot, checked)       // after an in-doubt commit the client is spent
 	o.releaseChecked(ep, true, committed) // hanging.go
 }
 
@@ -568,7 +570,8 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 	// bumped the epoch all the same: then nothing below can tell our bump
 	// from another producer's.
 	bpid, bepoch, bknown := ep.pid, ep.pepoch, true
-	var closedErr error // the client's producer id failed on a first-read close
+	var checked *txnstate.Observation // what the rival check below saw
+	var closedErr error               // the client's producer id failed on a first-read close
 	if pid, pepoch, perr := s.cl.ProducerID(ectx); perr == nil {
 		bpid, bepoch = pid, pepoch
 	} else if firstReadClose(perr) {
@@ -600,7 +603,8 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 		if why == nil {
 			why = cause
 		}
-		if rerr := o.rivalAfterAbort(ctx, ep, bpid, bepoch, why); rerr != nil {
+		var rerr error
+		if checked, rerr = o.rivalAfterAbort(ctx, ep, bpid, bepoch, why); rerr != nil {
 			o.zombie(s, rerr)
 			return
 		}
@@ -644,7 +648,7 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 		o.releaseSlot(s)
 		return
 	}
-	o.rewarm(ctx, s)
+	o.rewarm(ctx, s, checked)
 	o.releaseChecked(ep, false, recordOf(rec)) // hanging.go
 }
 
@@ -656,7 +660,8 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 // initialised the slot's transactional id meanwhile. The slot is re-initialised next (a new client, a fresh
 // InitProducerID), which always succeeds and would take the id back from that
 // producer, fencing a live instance. It returns the error to stop with when
-// the broker shows another producer (txnstate.ClassifyAbort), nil otherwise.
+// the broker shows another producer (txnstate.ClassifyAbort); otherwise what
+// the broker showed (nil if DescribeTransactions failed), for rewarm's check.
 //
 // Where the broker's state cannot tell another producer from our own abort
 // (under transaction version 2 both leave our producer id at e+1 until the
@@ -664,7 +669,7 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 // where the epoch can have overflowed) or DescribeTransactions fails, the slot
 // is re-initialised as before: stopping there would stop every pipeline whose
 // abort timed out on a slow broker, and our own timeout must abort and go on.
-func (o *output) rivalAfterAbort(ctx context.Context, ep *epoch, pid int64, e int16, endErr error) error {
+func (o *output) rivalAfterAbort(ctx context.Context, ep *epoch, pid int64, e int16, endErr error) (*txnstate.Observation, error) {
 	return o.rivalAfterEnd(ctx, ep, pid, e, o.mayHaveTimedOut(ep),
 		fmt.Sprintf("the abort of epoch %d (producer id %d, epoch %d) left its outcome unknown to the client (%v)", ep.n, pid, e, endErr))
 }
@@ -676,7 +681,7 @@ func (o *output) rivalAfterAbort(ctx context.Context, ep *epoch, pid int64, e in
 // client's InitProducerID would take it back. A commit leaves the producer id
 // at the epoch an abort leaves (e under transaction version 0, e+1 under 2);
 // a committed transaction is not aborted by the coordinator's timeout.
-func (o *output) rivalAfterCommit(ctx context.Context, ep *epoch, rec txnstate.Record) error {
+func (o *output) rivalAfterCommit(ctx context.Context, ep *epoch, rec txnstate.Record) (*txnstate.Observation, error) {
 	return o.rivalAfterEnd(ctx, ep, rec.ProducerID, rec.ProducerEpoch, false,
 		fmt.Sprintf("epoch %d committed (producer id %d, epoch %d) on a client that is replaced", ep.n, rec.ProducerID, rec.ProducerEpoch))
 }
@@ -684,33 +689,47 @@ func (o *output) rivalAfterCommit(ctx context.Context, ep *epoch, rec txnstate.R
 // rivalAfterEnd is the check of rivalAfterAbort and rivalAfterCommit: what
 // says how the transaction of producer id pid, epoch e ended; timedOut whether
 // the coordinator can have aborted it for its timeout.
-func (o *output) rivalAfterEnd(ctx context.Context, ep *epoch, pid int64, e int16, timedOut bool, what string) error {
+func (o *output) rivalAfterEnd(ctx context.Context, ep *epoch, pid int64, e int16, timedOut bool, what string) (*txnstate.Observation, error) {
 	s := ep.slot
 	dctx, cancel := context.WithTimeout(ctx, o.conf.commitBudget)
 	defer cancel()
 	obs, err := o.describe(dctx, s.id)
 	if err != nil {
 		o.log.Warnf("kafka_eos: describing %q after %s, re-initialising it: %v", s.id, what, err)
-		return nil
+		return nil, nil
 	}
 	switch txnstate.ClassifyAbort(pid, e, s.tv, obs, timedOut) {
 	case txnstate.AbortRival:
-		return fmt.Errorf("%s and the broker shows %v: another producer initialised the transactional id", what, obs)
+		return nil, fmt.Errorf("%s and the broker shows %v: another producer initialised the transactional id", what, obs)
 	case txnstate.AbortUnclear:
 		o.log.Warnf("kafka_eos: %s and the broker shows %v on %q, which does not tell another producer from our own: re-initialising it", what, obs, s.id)
 	}
-	return nil
+	return &obs, nil
 }
 
 // rewarm replaces a broken slot's client with a fresh, initialised one.
-func (o *output) rewarm(ctx context.Context, s *slot) {
+//
+// checked is what DescribeTransactions showed when the rival check before it
+// found no other producer (nil when none ran or it failed). Another producer
+// can still initialise the id between that check and the new client's
+// InitProducerID, which then takes the id from it; the epoch the new client
+// got shows it (txnstate.ReinitAfterRival, when the client sent one
+// InitProducerID). The output then stops as a zombie with the new client
+// unused: it cannot give the id back, but it writes nothing over the other
+// instance and leaves no transaction of its own open.
+func (o *output) rewarm(ctx context.Context, s *slot, checked *txnstate.Observation) {
 	if !s.broken {
 		return
 	}
 	backoff := 100 * time.Millisecond
 	var closing time.Time // since when every attempt met a first-read close
 	for {
-		cl, err := o.newSlotClient(ctx, s.id)
+		cl, in, err := o.initSlotClient(ctx, s.id)
+		if err == nil && checked != nil && in.sent == 1 && txnstate.ReinitAfterRival(*checked, in.pid, in.epoch) {
+			cl.Close()
+			o.zombie(s, fmt.Errorf("re-initialising %q: the broker showed %v before its InitProducerID and producer id %d epoch %d after it: another producer initialised the transactional id in between", s.id, *checked, in.pid, in.epoch))
+			return
+		}
 		if err == nil {
 			s.cl.Close()
 			o.mu.Lock()
@@ -722,6 +741,9 @@ func (o *output) rewarm(ctx context.Context, s *slot) {
 			o.stop(err, true)
 			return
 		}
+		// A failed attempt may have bumped the epoch all the same: the
+		// next one's cannot be told from another producer's.
+		checked = nil
 		if !firstReadClose(err) {
 			closing = time.Time{}
 		} else if closing.IsZero() {

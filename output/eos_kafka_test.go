@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
 	"github.com/connect-eos/connect-eos/internal/fatal"
 	"github.com/connect-eos/connect-eos/txnstate"
@@ -362,5 +364,69 @@ func TestKafkaKillNine(t *testing.T) {
 	}
 	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
 		testKillNine(t, env.brokers, env.topic, env.txnID, env.stateTopic(t))
+	})
+}
+
+// The rule txnstate.ReinitAfterRival rests on, on Apache Kafka: from a
+// committed or aborted transaction, or from Empty, a new client's one
+// InitProducerID moves the producer id's epoch up by exactly one. Another
+// producer's InitProducerID in between is what moves it further.
+func TestKafkaReinitBumpsOnce(t *testing.T) {
+	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
+		a := newTestOutput(t, newResources(), env.yaml(""))
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		id := env.txnID + "-reinit"
+		describe := func(want string) txnstate.Observation {
+			t.Helper()
+			var obs txnstate.Observation
+			var err error
+			for i := 0; i < 50; i++ {
+				if obs, err = a.describe(ctx, id); err == nil && obs.State == want {
+					return obs
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Fatalf("DescribeTransactions(%s): %v (%v), want %s", id, obs, err, want)
+			return obs
+		}
+		reinit := func(before txnstate.Observation) *kgo.Client {
+			t.Helper()
+			cl, in, err := a.initSlotClient(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.sent != 1 || in.pid != before.ProducerID || in.epoch != before.ProducerEpoch+1 {
+				t.Errorf("from %v: producer id %d epoch %d after %d InitProducerID, want producer id %d epoch %d after 1",
+					before, in.pid, in.epoch, in.sent, before.ProducerID, before.ProducerEpoch+1)
+			}
+			if txnstate.ReinitAfterRival(before, in.pid, in.epoch) {
+				t.Errorf("from %v to epoch %d: taken for another producer's", before, in.epoch)
+			}
+			return cl
+		}
+		cl, _, err := a.initSlotClient(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, end := range []struct {
+			how   kgo.TransactionEndTry
+			state string
+		}{{kgo.TryCommit, txnstate.BrokerCompleteCommit}, {kgo.TryAbort, txnstate.BrokerCompleteAbort}} {
+			if err := cl.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: env.topic, Value: []byte("reinit")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.EndTransaction(ctx, end.how); err != nil {
+				t.Fatal(err)
+			}
+			cl.Close()
+			cl = reinit(describe(end.state))
+		}
+		cl.Close()
+		cl = reinit(describe(txnstate.BrokerEmpty))
+		cl.Close()
 	})
 }

@@ -98,3 +98,98 @@ func TestRewarmAfterCommitNotStealing(t *testing.T) {
 		})
 	}
 }
+
+// As above, but the other instance initialises the transactional id after the
+// check that found none and before the new client's InitProducerID, which
+// then takes the id from it (fencing it: nothing can prevent that once the
+// request is sent). The new client's epoch, two above the one the check saw,
+// shows it: the output stops as a zombie with the new client unused, so it
+// leaves no transaction open and writes nothing over the other instance.
+func TestRewarmAfterCommitRivalBetweenCheckAndInit(t *testing.T) {
+	for _, tv := range dedupeTVs {
+		t.Run(tv.name, func(t *testing.T) {
+			fc, restore := catchFatal()
+			defer restore()
+			c := newCluster(t, tv.opts...)
+			brokers := c.ListenAddrs()
+			a := newTestOutput(t, newResources(), yamlFor(brokers, testTopic, "rewarm", ""))
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			writeReplaying(ctx, t, a, batchOf("a", 2))
+
+			a.mu.Lock()
+			n := a.nextEpoch
+			slot := a.slots[txnstate.SlotFor(n, len(a.slots))]
+			a.mu.Unlock()
+			// The commit is applied and its answer lost.
+			a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
+				if err := cl.EndTransaction(ctx, how); err != nil {
+					return err
+				}
+				return context.DeadlineExceeded
+			}
+			var inits atomic.Int32
+			var rival *kgo.Client
+			var rpid int64
+			var repoch int16
+			var rerr error
+			rivalDone := make(chan struct{})
+			a.hooks = &testHooks{atStep: func(s commitStep, m uint64) error {
+				if s != stepEnded || m != n {
+					return nil
+				}
+				c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+					c.KeepControl()
+					req := kreq.(*kmsg.InitProducerIDRequest)
+					if req.TransactionalID == nil || *req.TransactionalID != slot.id || inits.Add(1) != 1 {
+						return nil, nil, false
+					}
+					// The slot's re-initialisation, held until the
+					// other instance has taken the id.
+					go func() {
+						defer close(rivalDone)
+						rival, rerr = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(slot.id),
+							kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(testTopic))
+						if rerr == nil {
+							rpid, repoch, rerr = rival.ProducerID(ctx)
+						}
+					}()
+					c.SleepControl(func() { <-rivalDone })
+					return nil, nil, false
+				})
+				return nil
+			}}
+			werr := a.WriteBatch(ctx, batchOf("b", 2))
+			if werr != nil {
+				t.Errorf("the committed epoch's batch: %v, want it acked", werr)
+			}
+			for deadline := time.Now().Add(20 * time.Second); fc.err() == nil && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			select {
+			case <-rivalDone:
+			case <-ctx.Done():
+				t.Fatal("the slot was never re-initialised")
+			}
+			if rival != nil {
+				defer rival.Close()
+			}
+			if rerr != nil {
+				t.Fatalf("the other instance's InitProducerID: %v", rerr)
+			}
+			var fe *FencedError
+			if !errors.As(fc.err(), &fe) || fe.TransactionalID != slot.id {
+				t.Errorf("stopped with %v, want a zombie stop (FencedError) on %q", fc.err(), slot.id)
+			}
+			if got := inits.Load(); got != 2 {
+				t.Errorf("%d InitProducerID for %q, want 2 (the re-initialisation's and the other instance's)", got, slot.id)
+			}
+			// The re-initialisation bumped the other instance's epoch
+			// once and sent nothing after it.
+			obs, err := a.describe(ctx, slot.id)
+			if err != nil || obs.ProducerID != rpid || obs.ProducerEpoch != repoch+1 || obs.State != txnstate.BrokerEmpty {
+				t.Errorf("broker shows %+v (%v), want Empty at producer id %d epoch %d", obs, err, rpid, repoch+1)
+			}
+		})
+	}
+}

@@ -3,6 +3,8 @@ package output
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,18 +49,49 @@ type slot struct {
 // InitProducerID bumps the epoch and aborts whatever transaction of id is
 // still open, and fences any older producer of id.
 func (o *output) newSlotClient(ctx context.Context, id string) (*kgo.Client, error) {
+	cl, _, err := o.initSlotClient(ctx, id)
+	return cl, err
+}
+
+// slotInit is what a slot client's initialisation got: the producer id and
+// epoch, and how many InitProducerID requests the client wrote for them (more
+// than one when an answer was lost or refused and franz-go retried: each may
+// have bumped the epoch).
+type slotInit struct {
+	pid   int64
+	epoch int16
+	sent  int32
+}
+
+// initSlotClient is newSlotClient, also returning what the initialisation got.
+func (o *output) initSlotClient(ctx context.Context, id string) (*kgo.Client, slotInit, error) {
+	var in slotInit
+	sent := new(initCounter)
 	opts := append(o.conf.conn.Opts(), o.conf.producerOpts()...)
-	opts = append(opts, kgo.TransactionalID(id))
+	opts = append(opts, kgo.TransactionalID(id), kgo.WithHooks(sent))
 	opts = append(opts, o.clientOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("transactional id %q: %w", id, err)
+		return nil, in, fmt.Errorf("transactional id %q: %w", id, err)
 	}
-	if _, _, err := cl.ProducerID(ctx); err != nil {
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
 		cl.Close()
-		return nil, fmt.Errorf("transactional id %q: init producer id: %w", id, err)
+		return nil, in, fmt.Errorf("transactional id %q: init producer id: %w", id, err)
 	}
-	return cl, nil
+	in.pid, in.epoch, in.sent = pid, epoch, sent.n.Load()
+	return cl, in, nil
+}
+
+// initCounter counts the InitProducerID requests a client writes (a
+// kgo.HookBrokerWrite), whether or not the write succeeded: a request cut
+// mid-write may still have reached the broker.
+type initCounter struct{ n atomic.Int32 }
+
+func (c *initCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	if key == int16(kmsg.InitProducerID) {
+		c.n.Add(1)
+	}
 }
 
 // clusterTxnVersion is the transaction version franz-go will use for new
