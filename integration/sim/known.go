@@ -173,7 +173,11 @@ var Defects = []Defect{
 			"Fixed: before a committed epoch's slot gets its new client, DescribeTransactions of its transactional id " +
 			"is asked, as after an abort whose outcome the client does not know: another producer id, or a producer " +
 			"epoch past the one the commit left (e under transaction version 0, e+1 under 2), stops the output as " +
-			"fenced, without an InitProducerID",
+			"fenced, without an InitProducerID. Seen again with the freeze between that check and the InitProducerID " +
+			"(seed 3448434242917376268, transaction version 2: the check saw our own Empty at e+1, the rival's start " +
+			"initialised the id, the zombie's InitProducerID took it back and its next epoch wrote 20 records and stayed " +
+			"open). Fixed: the new client's epoch, two or more above the one the check saw after the one InitProducerID " +
+			"it sent, shows the rival; the output stops as fenced with that client unused",
 		Match: func(r Result, f string) bool {
 			return r.Stats.Zombies > 0 && strings.HasPrefix(f, "transactions left open on the output")
 		},

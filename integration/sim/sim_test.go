@@ -55,6 +55,7 @@ var regressionSeeds = []uint64{
 	4753024081750417107, // a harness bug: the run ended while a member stopped fatally in doubt with another slot's epoch open, and its restart was killed before its start aborted that epoch (1 of 6 replays failed before the fix, 0 of 8 after)
 	2912630832260719389, // members-mixed-stale: k2k members, output batching 50, in_batch 1: after in/1's revoke an output batch merged its input batches with in/0's and was nacked whole, over and over (FAIL(offsets-only-abort) hang in a sweep; 4 of 14 replays hung before the fix, one classified k2k-stall before the stall hint named it, 0 of 15 on it)
 	4655578887286468728, // a dedupe batch written in part (owed replays written, the rest nacked) was committed in two epochs, against "an epoch holds whole batches"; the partial write was reverted (2 of 2 replays failed with it, 2 of 2 passed without)
+	3448434242917376268, // zombie-rewarm between the check and the InitProducerID: k2k TV2, the zombie's rival check saw its own commit, the rival's start initialised the id, the zombie's re-initialisation took it back and its next epoch stayed open (seen once in a sweep; 0 of 6 replays failed before the fix; on the fix 1 of 6 replays stopped the zombie on the new check, all 6 passed)
 }
 
 // knownFailures are fixed-set seeds that fail on a defect not fixed yet
