@@ -89,6 +89,10 @@ type Config struct {
 	Logger *service.Logger
 }
 
+// metadataMinAge is the cache's clients' kgo.MetadataMinAge: how soon
+// franz-go may refresh metadata again (see load).
+const metadataMinAge = 100 * time.Millisecond
+
 // Defaults for Config fields left zero.
 const (
 	DefaultPartitions        int32 = 1
@@ -193,7 +197,7 @@ func New(cfg Config) (*Cache, error) {
 	// unknown for MetadataMinAge (default 5s) after the cache created it;
 	// admin requests are rare here (load and Refresh), so a short age
 	// costs nothing.
-	admCl, err := kgo.NewClient(append(append([]kgo.Opt{}, cfg.Opts...), kgo.MetadataMinAge(100*time.Millisecond))...)
+	admCl, err := kgo.NewClient(append(append([]kgo.Opt{}, cfg.Opts...), kgo.MetadataMinAge(metadataMinAge))...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka_state: %w", err)
 	}
@@ -676,6 +680,14 @@ func (c *Cache) load(ctx context.Context) error {
 	// The record's context ends a write whose outcome is unknown (see
 	// produce).
 	opts = append(opts, kgo.AllowIdempotentProduceCancellation())
+	// franz-go retries a write the broker refused without writing it
+	// (NOT_LEADER_FOR_PARTITION, NOT_ENOUGH_REPLICAS) only after a
+	// metadata refresh, and refreshes at most once per MetadataMinAge
+	// (default 5s): each such answer would cost a write up to 5s, past a
+	// caller's deadline (the kafka_eos output's commit_timeout, 1s at the
+	// shortest), and the caller's retry meets the next one. A write is a
+	// few per epoch, so a refresh per answer costs nothing.
+	opts = append(opts, kgo.MetadataMinAge(metadataMinAge))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka_state: %w", err)
