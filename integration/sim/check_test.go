@@ -208,6 +208,13 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		// batches, nacked whole over and over.
 		{Result{Plan: Plan{Mode: ModeMembers, AbortedTxns: 3, Batching: 50}, Stats: Stats{Zombies: 1}},
 			"hang: the run did not end within 45s (progress 0.98: in/0 committed 302 of 313, ...) [" + stallMixedStale + "]", "members-mixed-stale"},
+		// Seed 7928656101515859177, FAIL(dedupe-owed-crawl) in a sweep:
+		// kafka_state's writes of the committed dedupe positions unanswered
+		// by commit_timeout, one after another, behind injected Produce
+		// answers that cost 5s each.
+		{Result{Plan: Plan{Mode: ModeDedupe, Batching: 50, Oversized: []int{86}, StateCache: "kafka_state"}, Stats: Stats{KfakeFence: 2, FatalExits: 2}},
+			"hang: the run did not end within 45s (progress 0.09, running [m0.1]; 0 timers, member 0: live m0.1, done false) [" + stallStateWrites + "]", "state-write-stall"},
+		{Result{Plan: Plan{Mode: ModeDedupe, Batching: 50, Oversized: []int{86}}}, "hang: the run did not end within 45s (progress 0.31, ...)", "dedupe-owed-crawl"},
 		// Seed 1548330889915747987 before the fix: every start stopped on
 		// recovery's contradiction (the first instance's log also held
 		// batches waiting for the batch before them).

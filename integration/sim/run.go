@@ -482,6 +482,16 @@ func (r *runner) stallHint() string {
 		}
 	}
 	for _, in := range r.all {
+		// kafka_state's writes unanswered by their deadline, write after
+		// write (the output's retry loops hold the committer meanwhile,
+		// and batches wait behind it): named first.
+		b, err := os.ReadFile(in.logf)
+		if err == nil && strings.Count(string(b), "no answer from the broker before the deadline")+
+			strings.Count(string(b), "an earlier write of this process is still unanswered") >= 5 {
+			return " [" + stallStateWrites + "]"
+		}
+	}
+	for _, in := range r.all {
 		b, err := os.ReadFile(in.logf)
 		// "waited 5s for the batch before it", "waited 1s ...", "the
 		// batch before it was nacked and is replayed after it": over
@@ -497,6 +507,10 @@ func (r *runner) stallHint() string {
 // owned and given-up partitions, nacked whole over and over (the output's
 // error before the fix of members-mixed-stale).
 const stallMixedStale = "a batch mixing owned and given-up partitions nacked, over and over"
+
+// stallStateWrites is stallHint's words for kafka_state writes that time out
+// one after another (the output's error before the fix of state-write-stall).
+const stallStateWrites = "state cache writes unanswered by their deadline, over and over"
 
 // state describes the runner's view of the instances, for a hang report.
 func (r *runner) state() string {
