@@ -683,10 +683,11 @@ func (c *Cache) load(ctx context.Context) error {
 	// franz-go retries a write the broker refused without writing it
 	// (NOT_LEADER_FOR_PARTITION, NOT_ENOUGH_REPLICAS) only after a
 	// metadata refresh, and refreshes at most once per MetadataMinAge
-	// (default 5s): each such answer would cost a write up to 5s, past a
-	// caller's deadline (the kafka_eos output's commit_timeout, 1s at the
-	// shortest), and the caller's retry meets the next one. A write is a
-	// few per epoch, so a refresh per answer costs nothing.
+	// (default 5s): each such answer would cost a write up to 5s, and two
+	// in a row outlast the kafka_eos output's commit_timeout (default 10s;
+	// shorter where commits must be quick), whose retry meets the next
+	// one. A write is a few per epoch, so a refresh per answer costs
+	// nothing.
 	opts = append(opts, kgo.MetadataMinAge(metadataMinAge))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
