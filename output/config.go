@@ -95,6 +95,15 @@ func fieldErr(field string, err error) error {
 // slack (10%, as the lint rule).
 func timeoutMargin(timeout time.Duration) time.Duration { return timeout / 10 }
 
+// metadataMinAge is the least time between two metadata refreshes of a slot
+// client: 250ms (franz-go's own pace for an immediate refresh that found
+// errors), and at most half the timeout's margin, so that an epoch aborted at
+// its deadline while a partition waits for a refresh ends before the
+// coordinator's timeout does (franz-go allows no less than 10ms).
+func metadataMinAge(timeout time.Duration) time.Duration {
+	return max(min(250*time.Millisecond, timeoutMargin(timeout)/2), 10*time.Millisecond)
+}
+
 func configFromParsed(conf *service.ParsedConfig, mgr *service.Resources) (*config, error) {
 	c := &config{mode: txnstate.Plain}
 	var err error
@@ -418,6 +427,13 @@ func (c *config) producerOpts() []kgo.Opt {
 		// metadata refreshes instead of stalling the epoch until the
 		// transaction times out.
 		kgo.UnknownTopicRetries(3),
+		// franz-go retries a batch refused NOT_LEADER_FOR_PARTITION (or
+		// NOT_ENOUGH_REPLICAS, ...) with no hint of the new leader only
+		// after a metadata refresh, and refreshes at most once per
+		// MetadataMinAge, 5s by default: each refusal after the first
+		// then cost 5s of the epoch's transaction timeout, and a few in
+		// a row aborted every epoch until they ended.
+		kgo.MetadataMinAge(metadataMinAge(c.txnTimeout)),
 	}
 	if !c.keepsRowTimestamps() {
 		// A record may take as long as its epoch may live; franz-go
