@@ -180,6 +180,11 @@ func TestClassifySeparatesDefects(t *testing.T) {
 	members := Plan{Mode: ModePlainKafkaMembers}
 	stateAuth := Plan{Mode: ModePlain, StateCache: "kafka_state", Faults: []ReqFault{{Key: kmsg.Produce, Fatal: true, Code: 29}}}
 	probe := Plan{Mode: ModeArrow, Faults: []ReqFault{{Key: kmsg.Fetch, Fatal: true, Code: 29}}}
+	refusedProduce := []ReqFault{
+		{Key: kmsg.Produce, At: 2, Count: 5, Action: ActError, Code: 6},
+		{Key: kmsg.Produce, At: 6, Count: 5, Action: ActError, Code: 6},
+		{Key: kmsg.Produce, At: 3, Count: 1, Action: ActError, Code: 20},
+	}
 	for _, c := range []struct {
 		r    Result
 		f    string
@@ -229,6 +234,12 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		// transaction open there.
 		{Result{Plan: Plan{Mode: ModeK2K, Oversized: []int{31, 96}, AbortedTxns: 1}, Stats: Stats{Zombies: 1}},
 			"transactions left open on the output after every instance stopped: [out/1: producer 5732183019233151618, 5 records from offset 186]", "zombie-rewarm"},
+		// Seed 4886304739810381260, FAIL(new) in a sweep: nine Produce
+		// requests in a row refused NOT_LEADER_FOR_PARTITION, 5s each.
+		{Result{Plan: Plan{Mode: ModeDedupe, Faults: refusedProduce}, Stats: Stats{KfakeFence: 3, FatalExits: 3}},
+			"hang: the run did not end within 45s (progress 0.48, running [m0.4]; 0 timers, member 0: live m0.4, done false)", "produce-refresh-wait"},
+		{Result{Plan: Plan{Mode: ModeDedupe, Batching: 3, Faults: refusedProduce}}, "hang: the run did not end within 45s", "dedupe-owed-crawl"},
+		{Result{Plan: Plan{Mode: ModeK2K, Retention: true, Faults: refusedProduce}, Stats: Stats{Deleted: 500}}, "hang: the run did not end within 45s", "retention-hang"},
 		{Result{Plan: Plan{Mode: ModeK2K, Oversized: []int{125, 244}, Threads: 2}, Stats: Stats{Zombies: 1}}, "the oversized record r125 reached neither the output nor the dead-letter output", "dlq-crash-loss"},
 		{Result{Plan: Plan{Mode: ModeMembers, Oversized: []int{114, 150}, Threads: 4}, Stats: Stats{Zombies: 1}}, "the oversized record r114 reached neither the output nor the dead-letter output", "dlq-crash-loss"},
 	} {

@@ -3,6 +3,7 @@ package sim
 import (
 	"strings"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -260,6 +261,20 @@ var Defects = []Defect{
 		},
 	},
 	{
+		Name: "produce-refresh-wait",
+		What: "kafka_eos: Produce refused NOT_LEADER_FOR_PARTITION or NOT_ENOUGH_REPLICAS several times in a row " +
+			"(no hint of a new leader): franz-go retries such a batch after a metadata refresh, at most one per " +
+			"MetadataMinAge, 5s by default, so every refusal after the first cost 5s of the epoch's transaction " +
+			"timeout; each epoch holding the batch aborted at its deadline (or, its abort waiting on the next " +
+			"refresh, was aborted by kfake's timeout first and stopped as fenced: kfake_fence), about two refusals " +
+			"per transaction timeout, and the run outlived its bound (seed 4886304739810381260, dedupe, TV0, nine " +
+			"refusals in a row, hung at 48 % with three kfake_fence stops). Fixed: the slot clients refresh at most " +
+			"250ms apart (half the timeout's margin when that is less)",
+		Match: func(r Result, f string) bool {
+			return strings.HasPrefix(f, "hang:") && produceRefusals(r.Plan) >= 5 && !otherHang(r, f)
+		},
+	},
+	{
 		Name:  "kfake-unknown-loop",
 		Limit: true,
 		What: "a kfake limitation, not a defect (diagnosed from one run, seed 6564718080450180695): an epoch whose records never reached the broker, left open by a " +
@@ -463,4 +478,35 @@ func OnlyLimits(r Result) bool {
 // the limitation's, whatever else the plan has.
 func kfakeUnknownLoop(r Result, f string) bool {
 	return r.Stats.KfakeUnknown > 1 && strings.HasPrefix(f, "hang:")
+}
+
+// produceRefusals is how many Produce requests the plan's faults refuse with
+// a code franz-go retries only after a metadata refresh
+// (NOT_LEADER_FOR_PARTITION, NOT_ENOUGH_REPLICAS; faults that overlap counted
+// once each).
+func produceRefusals(p Plan) int {
+	refused := map[int]bool{}
+	for _, f := range p.Faults {
+		if f.Key != kmsg.Produce || f.Action != ActError || f.Fatal ||
+			(f.Code != kerr.NotLeaderForPartition.Code && f.Code != kerr.NotEnoughReplicas.Code) {
+			continue
+		}
+		for n := f.At; n < f.At+f.Count; n++ {
+			refused[n] = true
+		}
+	}
+	return len(refused)
+}
+
+// otherHang reports whether a hang failure f of r is one another defect's
+// matcher claims (produce-refresh-wait leaves it to that one).
+func otherHang(r Result, f string) bool {
+	p := r.Plan
+	return kfakeUnknownLoop(r, f) ||
+		strings.Contains(f, "a batch waits for the batch before it") || strings.Contains(f, stallMixedStale) ||
+		strings.Contains(f, stallContradiction) || strings.Contains(f, stallStateWrites) ||
+		(p.Mode == ModeMembers && len(p.Oversized) > 0) || // members-oversized-stall
+		(p.Mode.k2k() && p.AbortedTxns > 0) || // offsets-only-abort
+		(p.Mode == ModeDedupe && p.Batching > 0) || // dedupe-owed-crawl
+		(p.Retention && r.Stats.Deleted > 0) // retention-hang
 }
