@@ -269,7 +269,8 @@ var Defects = []Defect{
 			"refresh, was aborted by kfake's timeout first and stopped as fenced: kfake_fence), about two refusals " +
 			"per transaction timeout, and the run outlived its bound (seed 4886304739810381260, dedupe, TV0, nine " +
 			"refusals in a row, hung at 48 % with three kfake_fence stops). Fixed: the slot clients refresh at most " +
-			"250ms apart (half the timeout's margin when that is less)",
+			"250ms apart (half the timeout's margin when that is less); kafka_state's client, whose writes waited " +
+			"the same way, 100ms apart (state-write-stall)",
 		Match: func(r Result, f string) bool {
 			return strings.HasPrefix(f, "hang:") && produceRefusals(r.Plan) >= 5 && !otherHang(r, f)
 		},
