@@ -251,6 +251,24 @@ func TestClassifySeparatesDefects(t *testing.T) {
 	}
 }
 
+// TestClassifyZombieOnlyHang: a hang of a copy that was over (offsets at the
+// ends, the member done) with only a woken zombie still stopping is neither
+// offsets-only-abort nor retention-hang, which claimed seed
+// 6751914236821000242's in a sweep.
+func TestClassifyZombieOnlyHang(t *testing.T) {
+	r := Result{Plan: Plan{Mode: ModeK2K, AbortedTxns: 3, Retention: true}, Stats: Stats{Zombies: 2, Deleted: 167},
+		Failures: []string{"hang: the run did not end within 45s (progress 1.00, running [m0.2]; 0 timers, member 0: live none, done true, zombie m0.2 exited false)"}}
+	if defects, unmatched := Classify(r); len(defects) != 0 || len(unmatched) != 1 {
+		t.Errorf("defects %v, unmatched %v; want none and the hang unmatched", defects, unmatched)
+	}
+	// The same plan with the group behind is still offsets-only-abort
+	// and retention-hang.
+	r.Failures = []string{"hang: the run did not end within 45s (progress 0.97: in/0 committed 370 of 381, running [m0.7]; 0 timers, member 0: live m0.7, done false)"}
+	if defects, unmatched := Classify(r); len(defects) != 2 || len(unmatched) != 0 {
+		t.Errorf("defects %v, unmatched %v; want offsets-only-abort and retention-hang", defects, unmatched)
+	}
+}
+
 // TestOnlyLimits: the fixed set lets a run pass on limitations only, never
 // on a defect of the product or a failure nothing explains.
 func TestOnlyLimits(t *testing.T) {
