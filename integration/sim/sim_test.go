@@ -58,6 +58,7 @@ var regressionSeeds = []uint64{
 	4886304739810381260, // produce-refresh-wait: dedupe, TV0, nine Produce requests in a row refused NOT_LEADER_FOR_PARTITION, each retried after franz-go's 5 s metadata min age: every epoch timed out, three kfake_fence stops (FAIL(new) hang at 48 % in a sweep; 3 of 4 replays hung before the fix, 0 of 10 on it)
 	4655578887286468728, // a dedupe batch written in part (owed replays written, the rest nacked) was committed in two epochs, against "an epoch holds whole batches"; the partial write was reverted (2 of 2 replays failed with it, 2 of 2 passed without)
 	3448434242917376268, // zombie-rewarm between the check and the InitProducerID: k2k TV2, the zombie's rival check saw its own commit, the rival's start initialised the id, the zombie's re-initialisation took it back and its next epoch stayed open (seen once in a sweep; 0 of 6 replays failed before the fix; on the fix 1 of 6 replays stopped the zombie on the new check, all 6 passed)
+	6751914236821000242, // produce-refresh-wait: k2k TV0, two zombies, ten Produce answers NOT_LEADER_FOR_PARTITION at 5 s each; two kfake timeout fences, and the 45 s bound ran out after the copy was over, on the woken zombie's fatal stop (FAIL(offsets-only-abort,retention-hang) in a sweep; 2 of 2 replays hung at a 30 s bound before the fix; 0 of 6 on it, in 4.1-7.4 s instead of 23.5-44.9 s)
 }
 
 // knownFailures are fixed-set seeds that fail on a defect not fixed yet
