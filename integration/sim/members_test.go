@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -160,4 +161,138 @@ func waitAssigned(ctx context.Context, t *testing.T, adm *kgo.Client, grp string
 	}
 	sort.Strings(keys)
 	t.Fatalf("group %s: assigned %v (clients %v), want %v", grp, got, keys, want)
+}
+
+// TestKfakeExpiresMemberWaitingInJoin: kfake keeps running a member's
+// session timer while its JoinGroup waits for the rebalance, and when the
+// timer fires it removes the member without answering that JoinGroup; the
+// client then waits for its request to time out (franz-go: the rebalance
+// timeout plus 10s) and joins again as a new member. Apache Kafka does not
+// expire a member awaiting its join. A rebalance waits longer than a session
+// timeout when a member does not rejoin (a frozen or dead instance, kept until
+// the rebalance timeout): in the simulation (session 1s, rebalance 4s) the
+// live members' JoinGroups went unanswered for 14s ("unable to join group
+// session: i/o timeout"), and nobody read the input meanwhile. If kfake starts
+// answering them, this fails: the members' hang bound no longer pays for it.
+func TestKfakeExpiresMemberWaitingInJoin(t *testing.T) {
+	const topic, grp = "t", "g"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	addr := c.ListenAddrs()[0]
+	client := func() *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	meta := kmsg.NewConsumerMemberMetadata()
+	meta.Topics = []string{topic}
+	// join sends JoinGroup (the member id round trip included) with the
+	// session timeout given, a 3s rebalance timeout.
+	join := func(ctx context.Context, cl *kgo.Client, member string, session int32) (*kmsg.JoinGroupResponse, error) {
+		for {
+			req := kmsg.NewPtrJoinGroupRequest()
+			req.Group, req.ProtocolType, req.MemberID = grp, "consumer", member
+			req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = session, 3000
+			proto := kmsg.NewJoinGroupRequestProtocol()
+			proto.Name, proto.Metadata = "range", meta.AppendTo(nil)
+			req.Protocols = []kmsg.JoinGroupRequestProtocol{proto}
+			resp, err := req.RequestWith(ctx, cl)
+			if err == nil && resp.ErrorCode == kerr.MemberIDRequired.Code {
+				member = resp.MemberID
+				continue
+			}
+			if err == nil {
+				err = kerr.ErrorForCode(resp.ErrorCode)
+			}
+			return resp, err
+		}
+	}
+	sync := func(cl *kgo.Client, resp *kmsg.JoinGroupResponse) {
+		req := kmsg.NewPtrSyncGroupRequest()
+		req.Group, req.Generation, req.MemberID = grp, resp.Generation, resp.MemberID
+		req.ProtocolType, req.Protocol = kmsg.StringPtr("consumer"), resp.Protocol
+		if resp.LeaderID == resp.MemberID {
+			empty := kmsg.NewConsumerMemberAssignment()
+			for _, m := range resp.Members {
+				a := kmsg.NewSyncGroupRequestGroupAssignment()
+				a.MemberID, a.MemberAssignment = m.MemberID, empty.AppendTo(nil)
+				req.GroupAssignment = append(req.GroupAssignment, a)
+			}
+		}
+		sresp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(sresp.ErrorCode)
+		}
+		if err != nil {
+			t.Fatalf("sync %s: %v", resp.MemberID, err)
+		}
+	}
+
+	// x (session 6s) alone, then a (session 1s) joins and x rejoins:
+	// both in the group, stable.
+	clX, clA, clS := client(), client(), client()
+	jx, err := join(ctx, clX, "", 6000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sync(clX, jx)
+	type joined struct {
+		resp *kmsg.JoinGroupResponse
+		err  error
+		at   time.Duration
+	}
+	aJoined := make(chan joined, 1)
+	go func() {
+		r, err := join(ctx, clA, "", 1000)
+		aJoined <- joined{r, err, 0}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	jx, err = join(ctx, clX, jx.MemberID, 6000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ja := <-aJoined
+	if ja.err != nil {
+		t.Fatal(ja.err)
+	}
+	sync(clX, jx)
+	sync(clA, ja.resp)
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Group, hb.Generation, hb.MemberID = grp, ja.resp.Generation, ja.resp.MemberID
+	if resp, err := hb.RequestWith(ctx, clA); err != nil || resp.ErrorCode != 0 {
+		t.Fatalf("heartbeat of a: %v %v", resp, err)
+	}
+
+	// s joins: a rejoins at once, x never does (frozen). Kafka answers a
+	// and s once the rebalance timeout (3s) ends x's wait.
+	start := time.Now()
+	sJoined := make(chan joined, 1)
+	go func() {
+		r, err := join(ctx, clS, "", 6000)
+		sJoined <- joined{r, err, time.Since(start)}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	actx, acancel := context.WithTimeout(ctx, 8*time.Second)
+	defer acancel()
+	go func() {
+		r, err := join(actx, clA, ja.resp.MemberID, 1000)
+		aJoined <- joined{r, err, time.Since(start)}
+	}()
+	js := <-sJoined
+	if js.err != nil {
+		t.Fatalf("s's join: %v", js.err)
+	}
+	ja = <-aJoined
+	if ja.err == nil {
+		t.Fatalf("kfake answered a's join after %v (s's after %v): kfake no longer expires a member waiting in its join", ja.at, js.at)
+	}
+	t.Logf("s answered after %v with %d member(s); a's join unanswered: %v after %v", js.at, len(js.resp.Members), ja.err, ja.at)
 }
