@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestPrintPlans prints the plans of SIM_PLANS (comma-separated seeds).
@@ -113,5 +115,27 @@ func TestOverrideThrottle(t *testing.T) {
 	}
 	if _, err := Override(p, "throttle=fast"); err == nil {
 		t.Fatal("throttle=fast: no error")
+	}
+}
+
+// TestHarnessRequestsNotFaulted: the harness's own OffsetFetch (pollOffsets,
+// every 10ms) names harnessMarker and is neither faulted nor counted, so that
+// an OffsetFetch fault hits the pipeline's n-th request, not the harness's.
+func TestHarnessRequestsNotFaulted(t *testing.T) {
+	poll := kmsg.NewPtrOffsetFetchRequest()
+	poll.Group = group
+	mark := kmsg.NewOffsetFetchRequestTopic()
+	mark.Topic = harnessMarker
+	poll.Topics = append(poll.Topics, mark)
+	pipeline := kmsg.NewPtrOffsetFetchRequest()
+	g := kmsg.NewOffsetFetchRequestGroup()
+	g.Group = group
+	in := kmsg.NewOffsetFetchRequestGroupTopic()
+	in.Topic = inTopic
+	g.Topics = append(g.Topics, in)
+	pipeline.Groups = append(pipeline.Groups, g)
+	if !harnessRequest(poll) || harnessRequest(pipeline) || harnessRequest(kmsg.NewPtrProduceRequest()) {
+		t.Fatalf("harness poll %v, pipeline's OffsetFetch %v, a Produce %v; want true, false, false",
+			harnessRequest(poll), harnessRequest(pipeline), harnessRequest(kmsg.NewPtrProduceRequest()))
 	}
 }
