@@ -238,6 +238,12 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		// requests in a row refused NOT_LEADER_FOR_PARTITION, 5s each.
 		{Result{Plan: Plan{Mode: ModeDedupe, Faults: refusedProduce}, Stats: Stats{KfakeFence: 3, FatalExits: 3}},
 			"hang: the run did not end within 45s (progress 0.48, running [m0.4]; 0 timers, member 0: live m0.4, done false)", "produce-refresh-wait"},
+		// Seed 2536963500243852082, FAIL(new) in a sweep: k2k members,
+		// five Produce answers NOT_ENOUGH_REPLICAS (19) held two epochs to
+		// their deadline, and the bound ran out at progress 1.00 while
+		// the last member started.
+		{Result{Plan: Plan{Mode: ModeMembers, Faults: []ReqFault{{Key: kmsg.Produce, At: 7, Count: 5, Action: ActError, Code: 19}}}, Stats: Stats{Zombies: 1, KfakeEvicted: 1, FatalExits: 4}},
+			"hang: the run did not end within 45s (progress 1.00, running [m1.1 m0.5]; 0 timers, member 0: live m0.5, done false, member 1: live m1.1, done false)", "produce-refresh-wait"},
 		{Result{Plan: Plan{Mode: ModeDedupe, Batching: 3, Faults: refusedProduce}}, "hang: the run did not end within 45s", "dedupe-owed-crawl"},
 		{Result{Plan: Plan{Mode: ModeK2K, Retention: true, Faults: refusedProduce}, Stats: Stats{Deleted: 500}}, "hang: the run did not end within 45s", "retention-hang"},
 		{Result{Plan: Plan{Mode: ModeK2K, Oversized: []int{125, 244}, Threads: 2}, Stats: Stats{Zombies: 1}}, "the oversized record r125 reached neither the output nor the dead-letter output", "dlq-crash-loss"},
