@@ -255,8 +255,23 @@ func TestResolve(t *testing.T) {
 			[]InDoubt{{Record: r(1), Outcome: StillOpen}, {Record: r(2), Outcome: StillOpen}}, []want{{1, AbortOpen}, {2, AbortOpen}}, nil},
 		{"after unknown everything stops", Plain, NoOverride,
 			[]InDoubt{{Record: r(1), Outcome: Unknown}, {Record: r(2), Outcome: FoundCommitted}}, []want{{1, Stop}, {2, Stop}}, nil},
-		{"committed after aborted is a contradiction", Plain, NoOverride,
+		{"committed after aborted is a contradiction", Dedupe, NoOverride,
 			[]InDoubt{{Record: r(1), Outcome: FoundAborted}, {Record: r(2), Outcome: FoundCommitted}}, []want{{1, MarkAborted}, {2, Stop}}, ErrContradiction},
+		{"committed after aborted is a contradiction in mirror mode", Mirror, NoOverride,
+			[]InDoubt{{Record: r(1), Outcome: FoundAborted}, {Record: r(2), Outcome: FoundCommitted}}, []want{{1, MarkAborted}, {2, Stop}}, ErrContradiction},
+		// Plain mode keeps no order across a failure: a later epoch may
+		// commit before an aborted one's batches are replayed by the
+		// input, so the pair is what a correct run leaves when the
+		// aborted epoch's record is still PREPARED (a PREPARE whose write
+		// timed out and landed).
+		{"plain: committed after aborted", Plain, NoOverride,
+			[]InDoubt{{Record: r(1), Outcome: FoundAborted}, {Record: r(2), Outcome: FoundCommitted}}, []want{{1, MarkAborted}, {2, MarkCommitted}}, nil},
+		{"plain: committed after aborted and open", Plain, NoOverride,
+			[]InDoubt{{Record: r(1), Outcome: FoundAborted}, {Record: r(2), Outcome: StillOpen}, {Record: r(3), Outcome: FoundCommitted}, {Record: r(4), Outcome: StillOpen}},
+			[]want{{1, MarkAborted}, {2, AbortOpen}, {3, MarkCommitted}, {4, AbortOpen}}, nil},
+		{"plain: unknown after aborted is aborted", Plain, NoOverride,
+			[]InDoubt{{Record: r(1), Outcome: FoundAborted}, {Record: r(2), Outcome: Unknown}, {Record: r(3), Outcome: FoundCommitted}},
+			[]want{{1, MarkAborted}, {2, AbortOpen}, {3, MarkCommitted}}, nil},
 		// A found-aborted epoch whose batches were committed again since
 		// (its record stale: the instance that aborted it went on) aborts
 		// nothing after it.

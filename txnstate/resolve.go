@@ -132,15 +132,16 @@ type Decision struct {
 var ErrContradiction = errors.New("txnstate: epoch committed after an earlier aborted epoch")
 
 // Resolve decides every in-doubt epoch in epoch order. After the first
-// aborted epoch everything later is aborted (a later epoch never commits over
-// an earlier failed one); an open epoch is aborted in plain mode and, under
+// aborted epoch everything later that is not found committed is aborted (a
+// later epoch never commits over an earlier failed one); an open epoch is aborted in plain mode and, under
 // transaction version 0, in every mode, and resumed otherwise (Kafka-to-Kafka,
 // dedupe and mirror under version 2); an unknown one stops recovery unless overridden, and so does
 // every later one (its fate depends on the earlier one's). A later epoch
 // found committed after an aborted one is a contradiction (Stop and an error
 // wrapping ErrContradiction), unless every aborted one before it is
-// Replayed: a found-aborted epoch whose batches were committed again since
-// aborts nothing after it.
+// Replayed (a found-aborted epoch whose batches were committed again since
+// aborts nothing after it), Rereads in Kafka-to-Kafka mode, or the mode is
+// plain, which keeps no order across a failure.
 func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 	in = slices.Clone(in)
 	slices.SortStableFunc(in, func(a, b InDoubt) int {
@@ -163,7 +164,10 @@ func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 		errs    []error
 	)
 	noGap := func(d InDoubt) bool {
-		return (d.Replayed && d.Outcome == FoundAborted) || (mode == KafkaToKafka && d.Rereads)
+		// Plain mode keeps no order across a failure: a later epoch may
+		// commit before an aborted one's batches are replayed (the input
+		// replays them; nothing of them was acknowledged).
+		return mode == Plain || (d.Replayed && d.Outcome == FoundAborted) || (mode == KafkaToKafka && d.Rereads)
 	}
 	for _, d := range in {
 		dec := Decision{Record: d.Record, Outcome: d.Outcome}
@@ -173,6 +177,10 @@ func Resolve(mode Mode, in []InDoubt, ov Override) ([]Decision, error) {
 		case abortedAt != nil:
 			switch d.Outcome {
 			case FoundCommitted:
+				if gapAt == nil && mode == Plain {
+					dec.Action, dec.Reason = MarkCommitted, fmt.Sprintf("found committed; epoch %d aborted before it (plain mode keeps no order across a failure: the input replays its batches)", *abortedAt)
+					break
+				}
 				if gapAt == nil {
 					dec.Action, dec.Reason = MarkCommitted, fmt.Sprintf("found committed; epoch %d aborted before it moved none of the group's offsets past its records", *abortedAt)
 					break
