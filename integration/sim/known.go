@@ -71,6 +71,19 @@ var Defects = []Defect{
 		},
 	},
 	{
+		Name: "plain-stale-abort-stop",
+		What: "kafka_eos recovery, plain mode: a slot's record still said PREPARED for an epoch that had aborted " +
+			"(its PREPARE write timed out on a slow state cache and landed), and a later epoch of another slot " +
+			"committed and was left in doubt; recovery called the pair a contradiction and every start stopped (the " +
+			"run never ended), though plain mode keeps no order across a failure and a correct run leaves that pair " +
+			"(seed 4802122590208396173, plain-kafka-members, TV2, a 1.2s cache-set fault). Fixed: in plain mode the " +
+			"later epoch is marked committed, the aborted one aborted",
+		Match: func(r Result, f string) bool {
+			m := r.Plan.Mode
+			return (m == ModePlain || m == ModePlainKafka || m == ModePlainKafkaMembers) && strings.Contains(f, stallContradiction)
+		},
+	},
+	{
 		Name: "members-oversized-stall",
 		What: "Kafka-to-Kafka with group_membership and an oversized record (taken by the dead-letter output): " +
 			"the copy stops just short of the end with nothing logged, the group's lag never reaches 0 " +
