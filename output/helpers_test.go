@@ -13,6 +13,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
 	"github.com/connect-eos/connect-eos/internal/fatal"
@@ -350,4 +351,22 @@ func rivalCommits(ctx context.Context, t testing.TB, rival *kgo.Client) {
 	if err := rival.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		t.Errorf("the other instance's commit: %v (fenced by the output's re-initialisation)", err)
 	}
+}
+
+// refusedProduce answers every partition of a Produce request with code,
+// applying none of it (a broker refusing the write).
+func refusedProduce(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, p := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = p.Partition
+			sp.ErrorCode = code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }

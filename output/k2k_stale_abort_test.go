@@ -107,22 +107,30 @@ func TestK2KStaleAbortedRecordNotAContradiction(t *testing.T) {
 			if err := o.Connect(ctx); err != nil {
 				t.Fatalf("start: %v", err)
 			}
-			if r, _ := slotRecord(t, o, 0); r.Epoch != 4 || r.State != txnstate.Committed {
-				t.Fatalf("slot 0: %+v, want epoch 4 COMMITTED", r)
-			}
-			if r, _ := slotRecord(t, o, 1); r.Epoch != 1 || r.State != txnstate.Aborted {
-				t.Fatalf("slot 1: %+v, want epoch 1 ABORTED", r)
-			}
-			if o.nextEpoch != 5 {
-				t.Fatalf("next epoch %d, want 5", o.nextEpoch)
-			}
-			n := map[string]int{}
-			for _, v := range readCommitted(t, brokers, testTopic) {
-				n[v[:1]]++
-			}
-			if n["x"] != 4 || n["z"] != 2 || n["y"] != 3 {
-				t.Fatalf("visible %v, want x 4, z 2, y 3", n)
-			}
+			checkStaleResolved(t, o, brokers)
 		})
+	}
+}
+
+// checkStaleResolved checks the start after a stale PREPARED record of epoch 1
+// (slot 1) and epoch 4 committed in doubt (slot 0), with x 4, z 2 and y 3
+// records written: epoch 4 marked committed, epoch 1 aborted, next epoch 5.
+func checkStaleResolved(t *testing.T, o *output, brokers []string) {
+	t.Helper()
+	if r, _ := slotRecord(t, o, 0); r.Epoch != 4 || r.State != txnstate.Committed {
+		t.Fatalf("slot 0: %+v, want epoch 4 COMMITTED", r)
+	}
+	if r, _ := slotRecord(t, o, 1); r.Epoch != 1 || r.State != txnstate.Aborted {
+		t.Fatalf("slot 1: %+v, want epoch 1 ABORTED", r)
+	}
+	if o.nextEpoch != 5 {
+		t.Fatalf("next epoch %d, want 5", o.nextEpoch)
+	}
+	n := map[string]int{}
+	for _, v := range readCommitted(t, brokers, testTopic) {
+		n[v[:1]]++
+	}
+	if n["x"] != 4 || n["z"] != 2 || n["y"] != 3 {
+		t.Fatalf("visible %v, want x 4, z 2, y 3", n)
 	}
 }

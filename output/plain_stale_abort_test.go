@@ -77,20 +77,5 @@ func TestPlainStaleAbortedRecordNotAContradiction(t *testing.T) {
 	if err := o.Connect(ctx); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	if r, _ := slotRecord(t, o, 0); r.Epoch != 4 || r.State != txnstate.Committed {
-		t.Fatalf("slot 0: %+v, want epoch 4 COMMITTED", r)
-	}
-	if r, _ := slotRecord(t, o, 1); r.Epoch != 1 || r.State != txnstate.Aborted {
-		t.Fatalf("slot 1: %+v, want epoch 1 ABORTED", r)
-	}
-	if o.nextEpoch != 5 {
-		t.Fatalf("next epoch %d, want 5", o.nextEpoch)
-	}
-	n := map[string]int{}
-	for _, v := range readCommitted(t, brokers, testTopic) {
-		n[v[:1]]++
-	}
-	if n["x"] != 4 || n["z"] != 2 || n["y"] != 3 {
-		t.Fatalf("visible %v, want x 4, z 2, y 3", n)
-	}
+	checkStaleResolved(t, o, brokers)
 }

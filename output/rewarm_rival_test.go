@@ -28,22 +28,9 @@ func TestRewarmAfterCommitNotStealing(t *testing.T) {
 			defer restore()
 			c := newCluster(t, tv.opts...)
 			brokers := c.ListenAddrs()
-			a := newTestOutput(t, newResources(), yamlFor(brokers, testTopic, "rewarm", ""))
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			writeReplaying(ctx, t, a, batchOf("a", 2))
-
-			a.mu.Lock()
-			n := a.nextEpoch
-			slot := a.slots[txnstate.SlotFor(n, len(a.slots))]
-			a.mu.Unlock()
-			// The commit is applied and its answer lost.
-			a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
-				if err := cl.EndTransaction(ctx, how); err != nil {
-					return err
-				}
-				return context.DeadlineExceeded
-			}
+			a, slot, n := outputLosingCommitAnswer(ctx, t, brokers)
 			var inits atomic.Int32
 			var rival *kgo.Client
 			var rpid int64
@@ -112,22 +99,9 @@ func TestRewarmAfterCommitRivalBetweenCheckAndInit(t *testing.T) {
 			defer restore()
 			c := newCluster(t, tv.opts...)
 			brokers := c.ListenAddrs()
-			a := newTestOutput(t, newResources(), yamlFor(brokers, testTopic, "rewarm", ""))
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			writeReplaying(ctx, t, a, batchOf("a", 2))
-
-			a.mu.Lock()
-			n := a.nextEpoch
-			slot := a.slots[txnstate.SlotFor(n, len(a.slots))]
-			a.mu.Unlock()
-			// The commit is applied and its answer lost.
-			a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
-				if err := cl.EndTransaction(ctx, how); err != nil {
-					return err
-				}
-				return context.DeadlineExceeded
-			}
+			a, slot, n := outputLosingCommitAnswer(ctx, t, brokers)
 			var inits atomic.Int32
 			var rival *kgo.Client
 			var rpid int64
@@ -192,4 +166,25 @@ func TestRewarmAfterCommitRivalBetweenCheckAndInit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outputLosingCommitAnswer starts an output on brokers that has committed one
+// epoch, and whose next epoch's commit (epoch n, on slot) is applied with its
+// answer lost: the in-doubt path establishes it and the slot gets a new
+// client.
+func outputLosingCommitAnswer(ctx context.Context, t *testing.T, brokers []string) (*output, *slot, uint64) {
+	t.Helper()
+	a := newTestOutput(t, newResources(), yamlFor(brokers, testTopic, "rewarm", ""))
+	writeReplaying(ctx, t, a, batchOf("a", 2))
+	a.mu.Lock()
+	n := a.nextEpoch
+	slot := a.slots[txnstate.SlotFor(n, len(a.slots))]
+	a.mu.Unlock()
+	a.endTxn = func(cl *kgo.Client, ctx context.Context, how kgo.TransactionEndTry) error {
+		if err := cl.EndTransaction(ctx, how); err != nil {
+			return err
+		}
+		return context.DeadlineExceeded
+	}
+	return a, slot, n
 }

@@ -100,19 +100,7 @@ func testSequenceAfterAbort(t *testing.T, replayFirst bool) {
 			}()
 			return nil, errors.New("injected close after the broker applied the request"), true
 		}
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, p := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = p.Partition
-				sp.ErrorCode = kerr.NotLeaderForPartition.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return refusedProduce(req, kerr.NotLeaderForPartition.Code), nil, true
 	})
 	werr := a.WriteBatch(ctx, batchOf("b", 2))
 	state.Store(2)
