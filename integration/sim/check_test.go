@@ -193,6 +193,10 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		{Result{Plan: plainKafka, Stats: Stats{Zombies: 1}}, "the committed offset of in/2 moved backwards from 65 to 62", "plain-zombie-commit"},
 		{Result{Plan: plainKafka}, "the committed offset of in/2 moved backwards from 65 to 62", "offsets-backwards"},
 		{Result{Plan: members, Stats: Stats{Zombies: 1}}, "the committed offset of in/2 moved backwards from 65 to 62", "offsets-backwards"},
+		// Seed 8238807779827990775: eleven restarts stopped on
+		// kfake-unknown-loop; the first instance's waits made the stall
+		// hint.
+		{Result{Plan: Plan{Mode: ModeMembers, AbortedTxns: 3}, Stats: Stats{KfakeUnknown: 11}}, "hang: the run did not end within 45s (progress 1.00, running [m1 m0.13]; 0 timers, member 0: live m0.13, done false, member 1: live m1, done false) [a batch waits for the batch before it, nacked, over and over]", "kfake-unknown-loop"},
 		{Result{Plan: members}, "hang: the run did not end within 45s (progress 1.00, running [m0 m1.13]; 0 timers, member 0: live m0, done false, member 1: live m1.13, done false) [" + stallContradiction + "]", "plain-stale-abort-stop"},
 		{Result{Plan: stateAuth}, "the fatal fault Produce#16x-1:TOPIC_AUTHORIZATION_FAILED hit, and no instance stopped on it within 20s", "state-auth-retry"},
 		{Result{Plan: probe}, `m0.1 stopped on a fatal error that does not name the injected TOPIC_AUTHORIZATION_FAILED: "fatal: kafka_eos: epoch 11 is in doubt: unknown: the broker and the probe identify nothing"`, "probe-error-hidden"},

@@ -55,7 +55,11 @@ var Defects = []Defect{
 			"list replays rejected batches in the order read, after a wait of 1 ms doubling to 1 s",
 		Match: func(r Result, f string) bool {
 			p := r.Plan
-			return p.Mode.k2k() && strings.HasPrefix(f, "hang:") && strings.Contains(f, "a batch waits for the batch before it")
+			// Restarts that all stop on kfake-unknown-loop stall any
+			// copy; the waits the hint counted were an earlier
+			// instance's.
+			return p.Mode.k2k() && strings.HasPrefix(f, "hang:") && strings.Contains(f, "a batch waits for the batch before it") &&
+				!kfakeUnknownLoop(r, f)
 		},
 	},
 	{
