@@ -2,10 +2,12 @@ package output
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/connect-eos/connect-eos/txnstate"
 )
@@ -116,6 +118,7 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 		inDoubt = append(inDoubt, txnstate.InDoubt{Record: sr.r, Outcome: out})
 		slotOf[sr.r.Epoch] = sr.n
 	}
+	o.decideOffsetsOnly(ctx, inDoubt, obsErr)
 	o.markReplayed(ctx, inDoubt)
 	decisions, cerr := txnstate.Resolve(o.conf.mode, inDoubt, o.conf.override)
 	rec.decided = map[int]decided{}
@@ -165,6 +168,90 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 	return rec, nil
 }
 
+// decideOffsetsOnly decides, in Kafka-to-Kafka mode, each in-doubt epoch of
+// offsets only (positions handed over past records that make no message: it
+// wrote no record) that the coordinator answered on without identifying it.
+// The Fetch probe has no record to read for it, and the answer can fail to
+// identify a finished transaction: kfake shows Empty at the bumped epoch
+// after a transaction version 2 commit and abort alike, and Apache Kafka
+// forgets a transactional id left idle past transactional.id.expiration.ms.
+// Either way the transaction is over (one still open shows Ongoing at the
+// stored producer epoch, and observe returns it as still open).
+//
+// The epoch's only writes were its source offsets, in its own transaction,
+// so the group's committed offsets say what it became: every source offset
+// reached, committed (or aborted and carried again since by a later epoch,
+// which leaves nothing of it to decide: no record of it exists, and its
+// positions are committed); one not reached, aborted (offsets never move
+// back in this mode: a commit would have left them at or past it). An epoch
+// whose observation failed, or whose group offsets cannot be read, stays
+// Unknown.
+func (o *output) decideOffsetsOnly(ctx context.Context, in []txnstate.InDoubt, obsErr map[uint64]error) {
+	if o.conf.mode != txnstate.KafkaToKafka || o.k2k == nil {
+		return
+	}
+	var todo []int
+	for i, d := range in {
+		r := d.Record
+		if d.Outcome == txnstate.Unknown && obsErr[r.Epoch] == nil && len(r.Partitions) == 0 && len(r.SourceOffsets) > 0 && r.Group == o.k2k.group {
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	resp, err := o.groupCommitted(ctx)
+	if err != nil {
+		o.log.Warnf("kafka_eos: recovery: fetching the committed offsets of group %s (to decide an epoch of offsets only): %v", o.k2k.group, err)
+		return
+	}
+	for _, i := range todo {
+		r := in[i].Record
+		if sourceOffsetsReached(resp, r.SourceOffsets) {
+			in[i].Outcome = txnstate.FoundCommitted
+			o.log.Infof("kafka_eos: recovery: epoch %d on %q wrote offsets only, and group %s has committed at or past them: committed", r.Epoch, r.TransactionalID, o.k2k.group)
+		} else {
+			in[i].Outcome = txnstate.FoundAborted
+			o.log.Infof("kafka_eos: recovery: epoch %d on %q wrote offsets only, and group %s has not committed them: aborted", r.Epoch, r.TransactionalID, o.k2k.group)
+		}
+	}
+}
+
+// groupCommitted reads the offsets the group of this output committed (none
+// for a group the coordinator does not know),
+// without RequireStable: only committed ones count, and an open in-doubt
+// epoch's pending ones would make a stable read wait.
+func (o *output) groupCommitted(ctx context.Context) (kadm.OffsetResponses, error) {
+	fctx, cancel := context.WithTimeout(ctx, max(o.conf.commitBudget, 5*time.Second))
+	defer cancel()
+	var resp kadm.OffsetResponses
+	err := retryRetriable(fctx, func() error {
+		var err error
+		resp, err = kadm.NewClient(o.admin).FetchOffsets(fctx, o.k2k.group)
+		if err == nil {
+			err = resp.Error()
+		}
+		return err
+	})
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// kfake's answer for a group that committed nothing.
+		return kadm.OffsetResponses{}, nil
+	}
+	return resp, err
+}
+
+// sourceOffsetsReached reports whether the group's committed offsets are at or
+// past every one of sos.
+func sourceOffsetsReached(resp kadm.OffsetResponses, sos []txnstate.SourceOffset) bool {
+	for _, so := range sos {
+		r, ok := resp.Lookup(so.Topic, so.Partition)
+		if !ok || r.Err != nil || r.At < so.Offset {
+			return false
+		}
+	}
+	return true
+}
+
 // markReplayed sets, in Kafka-to-Kafka mode, Rereads on each in-doubt epoch
 // that stored source offsets for the group this output commits (its abort
 // moved none of them: whatever the group committed since, a later epoch found
@@ -186,9 +273,7 @@ func (o *output) recover(ctx context.Context) (recovered, error) {
 // still at exactly that offset passes the check without showing them
 // committed again.)
 //
-// The offsets are read without RequireStable: only committed ones count,
-// and an open in-doubt epoch's pending ones would make a stable read wait.
-// A read that fails leaves every epoch as it is.
+// A read of the group's offsets that fails leaves every epoch as it is.
 func (o *output) markReplayed(ctx context.Context, in []txnstate.InDoubt) {
 	if o.conf.mode != txnstate.KafkaToKafka || o.k2k == nil {
 		return
@@ -213,17 +298,7 @@ func (o *output) markReplayed(ctx context.Context, in []txnstate.InDoubt) {
 	if !need {
 		return
 	}
-	fctx, cancel := context.WithTimeout(ctx, max(o.conf.commitBudget, 5*time.Second))
-	defer cancel()
-	var resp kadm.OffsetResponses
-	err := retryRetriable(fctx, func() error {
-		var err error
-		resp, err = kadm.NewClient(o.admin).FetchOffsets(fctx, o.k2k.group)
-		if err == nil {
-			err = resp.Error()
-		}
-		return err
-	})
+	resp, err := o.groupCommitted(ctx)
 	if err != nil {
 		o.log.Warnf("kafka_eos: recovery: fetching the committed offsets of group %s (to tell whether an aborted epoch was replayed since): %v", o.k2k.group, err)
 		return
@@ -232,15 +307,7 @@ func (o *output) markReplayed(ctx context.Context, in []txnstate.InDoubt) {
 		if d.Outcome != txnstate.FoundAborted || d.Record.Epoch >= lastCommitted || len(d.Record.SourceOffsets) == 0 || d.Record.Group != o.k2k.group {
 			continue
 		}
-		replayed := true
-		for _, so := range d.Record.SourceOffsets {
-			r, ok := resp.Lookup(so.Topic, so.Partition)
-			if !ok || r.Err != nil || r.At < so.Offset {
-				replayed = false
-				break
-			}
-		}
-		if replayed {
+		if sourceOffsetsReached(resp, d.Record.SourceOffsets) {
 			o.log.Infof("kafka_eos: recovery: epoch %d on %q aborted, and group %s has committed past its source offsets since: its batches were written again", d.Record.Epoch, d.Record.TransactionalID, o.k2k.group)
 			in[i].Replayed = true
 		}

@@ -200,6 +200,9 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		{Result{Plan: members}, "hang: the run did not end within 45s (progress 1.00, running [m0 m1.13]; 0 timers, member 0: live m0, done false, member 1: live m1.13, done false) [" + stallContradiction + "]", "plain-stale-abort-stop"},
 		{Result{Plan: stateAuth}, "the fatal fault Produce#16x-1:TOPIC_AUTHORIZATION_FAILED hit, and no instance stopped on it within 20s", "state-auth-retry"},
 		{Result{Plan: probe}, `m0.1 stopped on a fatal error that does not name the injected TOPIC_AUTHORIZATION_FAILED: "fatal: kafka_eos: epoch 11 is in doubt: unknown: the broker and the probe identify nothing"`, "probe-error-hidden"},
+		// Seed 6354734720346763460: a stop in doubt with the plan's
+		// fatal Fetch fault never hit is not the probe's refusal hidden.
+		{Result{Plan: Plan{Mode: ModeK2K, Faults: probe.Faults}}, `m0.1z stopped on a fatal error that does not name the injected TOPIC_AUTHORIZATION_FAILED (the fault never hit): "fatal: kafka_eos: epoch 9 is in doubt: unknown: the broker and the probe identify nothing"`, "offsets-only-unknown"},
 		// Seed 1099609616224070459: kfake's timeout abort read as a fence
 		// with the plan's fatal Fetch fault active; with a zombie it is not
 		// kfake's (ZombieFence covers a fence where a zombie ran).

@@ -991,7 +991,11 @@ func (r *runner) expectedFatal(in *instance, msg string) bool {
 			return true
 		}
 		if !strings.Contains(msg, codeName(f.Code)) {
-			r.fail("%s stopped on a fatal error that does not name the injected %s: %q", in.name, codeName(f.Code), msg)
+			hit := ""
+			if !r.inj.fatalSeen() {
+				hit = " (the fault never hit)"
+			}
+			r.fail("%s stopped on a fatal error that does not name the injected %s%s: %q", in.name, codeName(f.Code), hit, msg)
 		}
 		r.inj.liftFatal()
 		r.fatalSince = time.Time{}
