@@ -2,6 +2,7 @@ package input
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,12 @@ import (
 //     It runs concurrently with polling (no BlockRebalanceOnPoll, which would
 //     hold the rebalance while a slow pipeline blocks the fetch loop).
 //   - OnPartitionsLost commits nothing: the session is gone and a late commit
-//     could move the offset backwards behind the new owner.
+//     could move the offset backwards behind the new owner. kgo reports the
+//     partitions of a session the coordinator forgot as revoked once it has
+//     rejoined under a new member id (an offset commit answered
+//     UNKNOWN_MEMBER_ID makes it rejoin): a revoke under a member id other
+//     than the last assignment's is handled as lost, and no commit is sent
+//     between such a rejoin and the new session's assignment.
 //   - With a kafka_eos output committing the group's offsets in its
 //     transactions (Kafka-to-Kafka, KIP-447), the member is its handover.GroupState:
 //     every span carries the id of the assignment it was read under, and the
@@ -62,6 +68,13 @@ type groupMember struct {
 	fail    func(error)
 	closing atomic.Bool
 	cl      atomic.Pointer[kgo.Client] // the consuming client, for GroupMetadata
+	// member is the member id of the last assignment (OnPartitionsAssigned).
+	// kgo rejoins under a new member id when the coordinator no longer knows
+	// the old one (the session expired while the process stalled), and then
+	// reports the partitions of the old session as revoked, not lost: a
+	// commit there would pass under the new generation and could move an
+	// offset back behind the partition's new owner.
+	member atomic.Pointer[string]
 }
 
 // Assignment implements handover.GroupState.
@@ -126,6 +139,8 @@ func toTPs(m map[string][]int32) []tp {
 }
 
 func (g *groupMember) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	member, _ := cl.GroupMetadata()
+	g.member.Store(&member)
 	cl.ResumeFetchPartitions(assigned)
 	if len(assigned) > 0 {
 		g.met.rebalance("assigned")
@@ -174,9 +189,15 @@ func (g *groupMember) adjust(ctx context.Context, offsets map[string]map[int32]k
 	return nil, err
 }
 
-func (g *groupMember) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+func (g *groupMember) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	parts := toTPs(revoked)
 	if len(parts) == 0 {
+		return
+	}
+	if g.sessionChanged(cl) {
+		// Partitions of a session that ended: lost, whatever kgo calls
+		// them.
+		g.lost(ctx, cl, revoked)
 		return
 	}
 	if !g.closing.Load() {
@@ -234,6 +255,17 @@ func (g *groupMember) revokeParts(ctx context.Context, parts []tp, commit bool) 
 	return nil
 }
 
+// sessionChanged reports whether the member id differs from the one of the
+// last assignment: the partitions held since belong to a session that ended.
+func (g *groupMember) sessionChanged(cl *kgo.Client) bool {
+	was := g.member.Load()
+	if was == nil || cl == nil {
+		return false
+	}
+	now, _ := cl.GroupMetadata()
+	return now != *was
+}
+
 func (g *groupMember) lost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 	parts := toTPs(lost)
 	// Under the commit lock: a periodic commit that read their positions
@@ -251,9 +283,18 @@ func (g *groupMember) lost(ctx context.Context, _ *kgo.Client, lost map[string][
 // the broker requires once the group has members.
 type memberCommitter struct {
 	cl *kgo.Client
+	g  *groupMember
 }
 
+// errSessionChanged refuses a commit between a rejoin under a new member id
+// and the assignment of the new session: the positions it holds are the old
+// session's, which the new generation would let through.
+var errSessionChanged = errors.New("the group member rejoined under a new member id: the previous session's positions are not committed")
+
 func (m *memberCommitter) CommitOffsets(ctx context.Context, offsets map[string]map[int32]int64) error {
+	if m.g != nil && m.g.sessionChanged(m.cl) {
+		return errSessionChanged
+	}
 	eo := map[string]map[int32]kgo.EpochOffset{}
 	for t, ps := range offsets {
 		eo[t] = map[int32]kgo.EpochOffset{}

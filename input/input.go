@@ -289,7 +289,7 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 	step := &commitStep{cfg: cfg, tr: c.tr, met: in.met, log: in.log}
 	switch {
 	case c.member != nil:
-		step.committer = &handoverCommitter{res: in.mgr, group: cfg.group, direct: &memberCommitter{cl: c.consumeCl}, log: in.log}
+		step.committer = &handoverCommitter{res: in.mgr, group: cfg.group, direct: &memberCommitter{cl: c.consumeCl, g: c.member}, log: in.log}
 		c.member.step.Store(step) // after its fields: the callbacks read them
 		c.member.cl.Store(c.consumeCl)
 		// Before the fetch loop starts: no batch reaches the output
