@@ -40,7 +40,7 @@
 // handed out while the rejected batches wait. A batch rejected over and over
 // (no output takes it) thus holds the replays of the batches read after it
 // for up to maxReplayDelay each time, not new reads. A batch acknowledged the
-// first time costs an index and a copy of the batch, as in Benthos.
+// first time costs a copy of the batch and a tag per message (see tagged).
 package retrynacks
 
 import (
@@ -220,12 +220,11 @@ func (l *list) wakeLocked() {
 	l.wake = make(chan struct{})
 }
 
-// handOut returns a copy of p's messages, indexed, with an acknowledgement
+// handOut returns a copy of p's messages, tagged, with an acknowledgement
 // that acknowledges the input's batch or keeps p for a replay of the
 // messages the rejection names.
 func (l *list) handOut(p *pending) (service.MessageBatch, service.AckFunc, error) {
-	b := p.msgs.Copy()
-	ix := b.Index()
+	b, g := tagged(p.msgs)
 	var once sync.Once
 	return b, func(ctx context.Context, err error) (out error) {
 		once.Do(func() {
@@ -237,7 +236,7 @@ func (l *list) handOut(p *pending) (service.MessageBatch, service.AckFunc, error
 				out = p.ack(ctx, nil)
 				return
 			}
-			p.msgs = narrow(p.msgs, ix, err)
+			p.msgs = narrow(p.msgs, g, err)
 			p.rejected++
 			p.due = time.Now().Add(replayDelay(p.rejected))
 			l.mu.Lock()
@@ -256,21 +255,78 @@ func (l *list) handOut(p *pending) (service.MessageBatch, service.AckFunc, error
 	}, nil
 }
 
+// A handout tags each message it hands out with its index in the batch
+// handed out, in the message's context (which every copy of the message
+// shares and the pipeline carries to the output), so that a batch error over
+// whatever the pipeline made of the batch names the messages of the batch
+// that failed. This is what service.MessageBatch.Index does, whose sort
+// group and copy of the batch for the indexer cost four more allocations per
+// message than the tag: a message handed out costs its copy (three) and the
+// tag (its context and the copy that carries it, three).
+
+// tagKey is the context key of a message's tag.
+type tagKey struct{}
+
+// group is one handout; its address tells its tags from any other's (it has
+// a size: zero-size allocations may share an address).
+type group struct{ n int }
+
+// tag is a message's index in the batch of handout g; prev is the tag the
+// message carried before, if it went through another list (nested inputs),
+// which a lookup by that list's group still finds, as with Benthos' sort
+// groups.
+type tag struct {
+	g    *group
+	i    int
+	prev *tag
+}
+
+// tagged returns a copy of msgs, each message tagged with its index under a
+// new group, and the group.
+func tagged(msgs service.MessageBatch) (service.MessageBatch, *group) {
+	g := &group{n: len(msgs)}
+	tags := make([]tag, len(msgs))
+	b := make(service.MessageBatch, len(msgs))
+	for i, m := range msgs {
+		ctx := m.Context()
+		prev, _ := ctx.Value(tagKey{}).(*tag)
+		tags[i] = tag{g: g, i: i, prev: prev}
+		// WithContext shares the message's data; Copy gives the
+		// message handed out its own (copied on write), so that
+		// nothing the pipeline does to it reaches the kept one.
+		b[i] = m.WithContext(context.WithValue(ctx, tagKey{}, &tags[i])).Copy()
+	}
+	return b, g
+}
+
+// indexIn returns the index of m in the batch of handout g, or -1 if m was
+// not handed out in it.
+func indexIn(m *service.Message, g *group) int {
+	t, _ := m.Context().Value(tagKey{}).(*tag)
+	for ; t != nil; t = t.prev {
+		if t.g == g {
+			return t.i
+		}
+	}
+	return -1
+}
+
 // narrow returns the messages of msgs that err names as failed, in their
 // order, each once, when err is a service.BatchError naming any of them by
-// the index ix took of the batch handed out (a copy of msgs; the batch error
-// may be over whatever the pipeline made of it: an output batch holding
-// other batches' messages, in another order, some twice); otherwise msgs,
-// replayed whole.
-func narrow(msgs service.MessageBatch, ix *service.Indexer, err error) service.MessageBatch {
+// the tags of handout g (a copy of msgs; the batch error may be over
+// whatever the pipeline made of it: an output batch holding other batches'
+// messages, in another order, some twice); otherwise msgs, replayed whole.
+func narrow(msgs service.MessageBatch, g *group, err error) service.MessageBatch {
 	var berr *service.BatchError
 	if !errors.As(err, &berr) || berr.IndexedErrors() == 0 {
 		return msgs
 	}
 	failed := make([]bool, len(msgs))
 	some := false
-	berr.WalkMessagesIndexedBy(ix, func(i int, _ *service.Message, e error) bool {
-		if e != nil && i >= 0 && i < len(msgs) {
+	// WalkMessages is deprecated for the indexes it passes (those of the
+	// errored batch); only the messages' tags are read here.
+	berr.WalkMessages(func(_ int, m *service.Message, e error) bool {
+		if i := indexIn(m, g); e != nil && i >= 0 && i < len(msgs) {
 			failed[i] = true
 			some = true
 		}
