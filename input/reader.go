@@ -216,8 +216,10 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 	)
 	arrow := f.enc != nil
 	// The topic and partition as metadata values, boxed once for the
-	// fetch instead of once per record.
+	// fetch instead of once per record; the key, offset and timestamps a
+	// chunk of records at a time.
 	pm := partMeta{topic: p.Topic, partition: int64(p.Partition)}
+	boxes := newMetaBoxes(recs)
 	flush := func(to int64) bool {
 		if to < 0 || gone {
 			return true
@@ -274,7 +276,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		inBytes += int64(len(r.Key) + len(r.Value))
 	}
 	f.met.bytesIn(p, inBytes)
-	for _, r := range recs {
+	for i, r := range recs {
 		if r.Offset < pos {
 			// Already accounted for: a probe advanced past it.
 			continue
@@ -312,7 +314,12 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		if arrow {
 			rows = append(rows, r)
 		} else {
-			msgs = append(msgs, f.toMessage(r, &pm))
+			if msgs == nil {
+				// Sized for the batch this record starts, rather
+				// than grown to it by doubling.
+				msgs = make(service.MessageBatch, 0, batchCap(len(recs)-i, f.cfg.maxBatchRecords, f.cfg.maxBatchBytes, size))
+			}
+			msgs = append(msgs, f.toMessage(r, &pm, boxes.of(i)))
 		}
 		bytes += size
 		held += heldBytes(r, arrow, f.keepRecords)
@@ -343,7 +350,20 @@ type partMeta struct {
 	topic, partition any
 }
 
-func (f *fetchLoop) toMessage(r *kgo.Record, pm *partMeta) *service.Message {
+// batchCap is the capacity of a batch whose first record's key and value take
+// size bytes, with left records of the fetch from it on: at most
+// maxRecords, and the records of that size max_batch_bytes holds.
+func batchCap(left, maxRecords, maxBytes int, size int64) int {
+	n := min(left, maxRecords)
+	if size > 0 {
+		n = int(min(int64(n), int64(maxBytes)/size+1))
+	}
+	return max(n, 1)
+}
+
+// toMessage makes the message of record r; pm and bm are its metadata values
+// boxed (partMeta, metaBoxes).
+func (f *fetchLoop) toMessage(r *kgo.Record, pm *partMeta, bm boxedMeta) *service.Message {
 	tomb := r.Value == nil
 	msg := service.NewMessage(r.Value)
 	// Headers first, the input's own keys last: whoever produces to the
@@ -352,12 +372,12 @@ func (f *fetchLoop) toMessage(r *kgo.Record, pm *partMeta) *service.Message {
 	// keyed on it drop every later record of the partition; a forged
 	// kafka_partition would redirect a copy partitioned by it).
 	setHeaders(msg, r.Headers)
-	msg.MetaSetMut(metaKey, string(r.Key))
+	msg.MetaSetMut(metaKey, bm.key)
 	msg.MetaSetMut(metaTopic, pm.topic)
 	msg.MetaSetMut(metaPartition, pm.partition)
-	msg.MetaSetMut(metaOffset, r.Offset)
-	msg.MetaSetMut(metaTimestamp, r.Timestamp.UnixMilli())
-	msg.MetaSetMut(metaTimestampUnix, r.Timestamp.Unix())
+	msg.MetaSetMut(metaOffset, bm.offset)
+	msg.MetaSetMut(metaTimestamp, bm.timestampMs)
+	msg.MetaSetMut(metaTimestampUnix, bm.tsSec)
 	msg.MetaSetMut(metaTombstone, tomb)
 	if tomb && f.cfg.tombstones == tombstonesFail {
 		msg.SetError(fmt.Errorf("tombstone (null value) at %s:%d offset %d", r.Topic, r.Partition, r.Offset))
