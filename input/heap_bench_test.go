@@ -287,3 +287,95 @@ func settledHeap(m *runtime.MemStats) {
 	runtime.GC()
 	runtime.ReadMemStats(m)
 }
+
+// countingOutput acknowledges every batch, counting its messages.
+type countingOutput struct{ n atomic.Int64 }
+
+func (c *countingOutput) Connect(context.Context) error { return nil }
+
+func (c *countingOutput) WriteBatch(_ context.Context, b service.MessageBatch) error {
+	c.n.Add(int64(len(b)))
+	return nil
+}
+
+func (c *countingOutput) Close(context.Context) error { return nil }
+
+// streamMallocs reads topic to its end with a kafka_native input (message
+// format, as the plugin registers it: behind the replay list) in a Benthos
+// stream into an output that acknowledges every batch, and returns the heap
+// allocations of the whole process meanwhile (runtime.MemStats.Mallocs: the
+// stream's, the consumer's and kfake's) and the messages read.
+func streamMallocs(tb testing.TB, brokers []string, topic string) (mallocs uint64, msgs int64) {
+	tb.Helper()
+	senv := service.NewEnvironment()
+	out := &countingOutput{}
+	if err := senv.RegisterBatchOutput("counting", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
+		return out, service.BatchPolicy{}, 1, nil
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	sb := senv.NewStreamBuilder()
+	if err := sb.SetYAML(fmt.Sprintf(`
+input:
+  kafka_native:
+    seed_brokers: [ %s ]
+    topics: [ %s ]
+    stop_offset: latest
+output:
+  counting: {}
+logger: { level: WARN }
+`, strings.Join(brokers, ","), topic)); err != nil {
+		tb.Fatal(err)
+	}
+	s, err := sb.Build()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := s.Run(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	return after.Mallocs - before.Mallocs, out.n.Load()
+}
+
+// maxMallocsPerRecord bounds the heap allocations a record read in message
+// format costs the whole process on kfake, measured by
+// TestMessageAllocsPerRecord. Of the 15 it costs (100-byte values, short keys, no
+// header): Benthos' message and its metadata map 5, its tracing spans at the
+// input and the output 5, the output's message wrapper 1; the replay list's
+// copy and tag of the message 4; kfake and the consumer about 0.01. A record's
+// key, offset and timestamps as metadata cost nothing per record (boxed a
+// chunk of records at a time).
+const maxMallocsPerRecord = 15.5
+
+// TestMessageAllocsPerRecord: the allocations per record of a kafka_native
+// input in message format stay at what they were measured, so that an
+// allocation more per record (a value boxed, a copy, a closure) does not come
+// back unnoticed. The count is the whole process's over a stream reading a
+// topic of n records and one of 2n: their difference over n leaves out what a
+// stream costs whatever it reads (building it, connecting). Allocation counts
+// do not depend on the machine's load.
+func TestMessageAllocsPerRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads 60,000 records")
+	}
+	const n = 20000
+	e := newKfakeEnv(t)
+	c := heapCase{size: 100}
+	small, _ := heapTopic(t, e, c, n)
+	large, _ := heapTopic(t, e, c, 2*n)
+	m1, got1 := streamMallocs(t, e.brokers, small)
+	m2, got2 := streamMallocs(t, e.brokers, large)
+	if got1 != n || got2 != 2*n {
+		t.Fatalf("read %d and %d records, want %d and %d", got1, got2, n, 2*n)
+	}
+	per := (float64(m2) - float64(m1)) / n
+	t.Logf("%.2f allocations per record (%d for %d records, %d for %d)", per, m1, n, m2, 2*n)
+	if per > maxMallocsPerRecord {
+		t.Errorf("a record read costs %.2f allocations, want at most %.1f", per, maxMallocsPerRecord)
+	}
+}
