@@ -105,7 +105,7 @@ func BenchmarkPipelineKfake(b *testing.B) {
 			defer c.Close()
 			o := options{
 				brokers: c.ListenAddrs()[0], topic: "bench", records: b.N, size: 100,
-				batch: 1024, interval: 100 * time.Millisecond,
+				batch: 1024, interval: 100 * time.Millisecond, compression: "none",
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -212,7 +212,9 @@ func BenchmarkCopyKfake(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			o := options{brokers: c.ListenAddrs()[0], topic: "bench", records: b.N, size: 100, interval: time.Second}
+			// compression: the -compression flag's default, which
+			// the pipeline's config needs.
+			o := options{brokers: c.ListenAddrs()[0], topic: "bench", records: b.N, size: 100, interval: time.Second, compression: "none"}
 			if _, err := runProbe(context.Background(), o, 2); err != nil {
 				b.Fatal(err)
 			}
