@@ -77,9 +77,38 @@ type spanKey struct{}
 // context, so it survives processors that keep the message (not ones that
 // build new messages from scratch).
 func SpanOf(msg *service.Message) (Span, bool) {
-	s, ok := msg.Context().Value(spanKey{}).(Span)
-	return s, ok
+	switch v := msg.Context().Value(spanKey{}).(type) {
+	case Span:
+		return v, true
+	case *SpanSlot:
+		if v.set {
+			return v.span, true
+		}
+	}
+	return Span{}, false
 }
+
+// SpanSlot is the span of a batch whose messages are made before its range is
+// known (the input learns where a batch ends once it cut it): they are made in
+// the context of WithSpanSlot, one for the whole batch, and the span is Set
+// before the batch is handed over. That is what WithSpan does without a
+// context and a copy of every message.
+type SpanSlot struct {
+	span Span
+	set  bool
+}
+
+// WithSpanSlot returns parent with a new, empty SpanSlot, and the slot. A
+// message made in the returned context (service.NewMessageWithContext) has
+// the span given to Set as its span (SpanOf), and none before.
+func WithSpanSlot(parent context.Context) (context.Context, *SpanSlot) {
+	slot := &SpanSlot{}
+	return context.WithValue(parent, spanKey{}, slot), slot
+}
+
+// Set sets the slot's span. It is not synchronised: call it once, before the
+// messages reach anything that reads their span (a channel send orders it).
+func (s *SpanSlot) Set(sp Span) { s.span, s.set = sp, true }
 
 // WithSpan stamps every message of msgs with the span s, as the input does:
 // for a processor that builds new messages from read ones (copy the span of

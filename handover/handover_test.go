@@ -60,6 +60,38 @@ func TestSpanTravelsInContext(t *testing.T) {
 	assert.False(t, ok)
 }
 
+// TestSpanSlot: messages made in a slot's context have no span until the
+// slot is set, then its span, as do their copies and the messages made from
+// them with another context on top; WithSpan over such a message wins.
+func TestSpanSlot(t *testing.T) {
+	ctx, slot := WithSpanSlot(context.Background())
+	b := service.MessageBatch{service.NewMessageWithContext(ctx, []byte("a")), service.NewMessageWithContext(ctx, []byte("b"))}
+	for _, m := range b {
+		_, ok := SpanOf(m)
+		assert.False(t, ok, "no span before Set")
+	}
+	s := Span{Topic: "t", Partition: 3, From: 10, To: 20, Generation: 7, MemberID: "m", Assignment: 2}
+	slot.Set(s)
+	for _, m := range b {
+		got, ok := SpanOf(m)
+		require.True(t, ok)
+		assert.Equal(t, s, got)
+		got, ok = SpanOf(m.Copy())
+		require.True(t, ok, "a copy keeps the span")
+		assert.Equal(t, s, got)
+		on := m.WithContext(context.WithValue(m.Context(), struct{ k int }{1}, "v"))
+		got, ok = SpanOf(on)
+		require.True(t, ok, "a context on top keeps the span")
+		assert.Equal(t, s, got)
+	}
+	other := Span{Topic: "t", Partition: 3, From: 20, To: 30, Generation: -1}
+	WithSpan(b[:1], other)
+	got, _ := SpanOf(b[0])
+	assert.Equal(t, other, got, "WithSpan over a slot")
+	got, _ = SpanOf(b[1])
+	assert.Equal(t, s, got)
+}
+
 // TestArrowMark: only MarkArrow marks a message; copies keep the mark.
 func TestArrowMark(t *testing.T) {
 	m := service.NewMessage([]byte("\xff\xff\xff\xff looks like Arrow"))

@@ -213,6 +213,12 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		held  int64         // what the batch takes on the heap (heldBytes)
 		last  int64         = -1
 		gone  bool          // the tracking is no longer id
+		// bctx is the context the batch's messages are made in: with
+		// commits, it holds the slot of the batch's span, which
+		// flush sets once the batch is cut (one context for the
+		// batch, not one per message).
+		bctx context.Context
+		slot *handover.SpanSlot
 	)
 	arrow := f.enc != nil
 	// The topic and partition as metadata values, boxed once for the
@@ -253,13 +259,18 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 					s.MemberID, s.Generation = f.cl.GroupMetadata()
 					s.Assignment = sp.owner.assignment
 				}
-				handover.WithSpan(msgs, s)
+				if slot != nil {
+					slot.Set(s)
+				} else {
+					handover.WithSpan(msgs, s) // the Arrow message
+				}
 			}
 			if !f.send(ctx, readyBatch{msgs: msgs, tp: p, sp: sp}) {
 				return false
 			}
 		}
 		msgs, rows, bytes, held, last = nil, rows[:0], 0, 0, -1
+		bctx, slot = nil, nil
 		return true
 	}
 	// kafka_native_bytes_in counts the fetched records below the stop as
@@ -318,8 +329,12 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 				// Sized for the batch this record starts, rather
 				// than grown to it by doubling.
 				msgs = make(service.MessageBatch, 0, batchCap(len(recs)-i, f.cfg.maxBatchRecords, f.cfg.maxBatchBytes, size))
+				bctx = context.Background()
+				if f.cfg.commits() {
+					bctx, slot = handover.WithSpanSlot(bctx)
+				}
 			}
-			msgs = append(msgs, f.toMessage(r, &pm, boxes.of(i)))
+			msgs = append(msgs, f.toMessage(bctx, r, &pm, boxes.of(i)))
 		}
 		bytes += size
 		held += heldBytes(r, arrow, f.keepRecords)
@@ -361,11 +376,11 @@ func batchCap(left, maxRecords, maxBytes int, size int64) int {
 	return max(n, 1)
 }
 
-// toMessage makes the message of record r; pm and bm are its metadata values
-// boxed (partMeta, metaBoxes).
-func (f *fetchLoop) toMessage(r *kgo.Record, pm *partMeta, bm boxedMeta) *service.Message {
+// toMessage makes the message of record r in the context ctx; pm and bm are
+// its metadata values boxed (partMeta, metaBoxes).
+func (f *fetchLoop) toMessage(ctx context.Context, r *kgo.Record, pm *partMeta, bm boxedMeta) *service.Message {
 	tomb := r.Value == nil
-	msg := service.NewMessage(r.Value)
+	msg := service.NewMessageWithContext(ctx, r.Value)
 	// Headers first, the input's own keys last: whoever produces to the
 	// input topic chooses the headers, and must not choose what the input
 	// says about the record (a forged kafka_offset would make a dedupe
