@@ -295,9 +295,10 @@ var Defects = []Defect{
 	{
 		Name:  "kfake-unknown-loop",
 		Limit: true,
-		What: "a kfake limitation, not a defect (diagnosed from one run, seed 6564718080450180695): an epoch whose records never reached the broker, left open by a " +
-			"crash and aborted by the transaction timeout, is Empty on kfake (Apache Kafka answers CompleteAbort), " +
-			"and the probe finds none of its records: every restart stops in doubt (kfake_unknown) until the run's bound",
+		What: "a kfake limitation, not a defect: an in-doubt epoch that kfake's DescribeTransactions shows Empty " +
+			"(Apache Kafka answers CompleteAbort or CompleteCommit) and that the probe cannot decide: every restart " +
+			"stops in doubt (kfake_unknown) until the run's bound. Its first seed, 6564718080450180695, was an epoch " +
+			"with no record on the broker, which was offsets-only-unknown (a defect, fixed)",
 		Match: kfakeUnknownLoop,
 	},
 	{
