@@ -39,7 +39,10 @@ import (
 //     rejoined under a new member id (an offset commit answered
 //     UNKNOWN_MEMBER_ID makes it rejoin): a revoke under a member id other
 //     than the last assignment's is handled as lost, and no commit is sent
-//     between such a rejoin and the new session's assignment.
+//     between such a rejoin and the new session's assignment. A partition
+//     the new session keeps (kgo calls it neither revoked nor assigned)
+//     starts over from the group's committed offset (restartKept), and
+//     until then nothing is stamped with the new member id (Assignment).
 //   - With a kafka_eos output committing the group's offsets in its
 //     transactions (Kafka-to-Kafka, KIP-447), the member is its handover.GroupState:
 //     every span carries the id of the assignment it was read under, and the
@@ -87,8 +90,11 @@ func (g *groupMember) Assignment(topic string, partition int32) (uint64, int32, 
 	if cl := g.cl.Load(); cl != nil {
 		member, gen = cl.GroupMetadata()
 	}
-	if member == "" {
-		gen = -1 // rejoining (kgo reset the member id)
+	if was := g.member.Load(); member == "" || (was != nil && *was != member) {
+		// Rejoining: kgo reset the member id, or the member rejoined
+		// under a new one and the new session's assignment has not run
+		// (restartKept). Nothing is stamped until it has.
+		gen = -1
 	}
 	return id, gen, member, true
 }
@@ -138,8 +144,14 @@ func toTPs(m map[string][]int32) []tp {
 	return out
 }
 
-func (g *groupMember) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+func (g *groupMember) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	member, _ := cl.GroupMetadata()
+	if g.sessionChanged(cl) {
+		// Before the new member id is stored: until then no commit
+		// goes out (memberCommitter), so the kept partitions' old
+		// positions cannot be committed under the new session.
+		g.restartKept(ctx, cl, assigned)
+	}
 	g.member.Store(&member)
 	cl.ResumeFetchPartitions(assigned)
 	if len(assigned) > 0 {
@@ -155,31 +167,19 @@ func (g *groupMember) adjust(ctx context.Context, offsets map[string]map[int32]k
 			parts = append(parts, tp{t, p})
 		}
 	}
-	l, _, err := g.cfg.list(ctx, g.adm, g.log)
+	plans, err := g.starts(ctx, parts)
 	if err == nil {
-		gen := int32(-1)
-		if cl := g.cl.Load(); cl != nil {
-			_, gen = cl.GroupMetadata()
-		}
-		err = keptStarts(ctx, g.res, g.cfg.group, l, parts, gen)
-	}
-	if err == nil {
-		var plans []*partPlan
-		if plans, err = g.cfg.resolve(ctx, g.adm, l, parts); err == nil {
-			out := map[string]map[int32]kgo.Offset{}
-			for _, pp := range plans {
-				if out[pp.Topic] == nil {
-					out[pp.Topic] = map[int32]kgo.Offset{}
-				}
-				out[pp.Topic][pp.Partition] = kgo.NewOffset().At(pp.start)
-				g.log.Debugf("Partition %s: start %d (log start %d, end %d, committed %d)", pp.tp, pp.start, pp.logStart, pp.end, pp.committed)
-				pp.logFallback(g.log, g.cfg)
+		out := map[string]map[int32]kgo.Offset{}
+		for _, pp := range plans {
+			if out[pp.Topic] == nil {
+				out[pp.Topic] = map[int32]kgo.Offset{}
 			}
-			g.tr.add(plans, time.Now())
-			// Before the first fetch of the assigned partitions.
-			handOverStarts(g.res, g.cfg.group, plans)
-			return out, nil
+			out[pp.Topic][pp.Partition] = kgo.NewOffset().At(pp.start)
 		}
+		g.tr.add(plans, time.Now())
+		// Before the first fetch of the assigned partitions.
+		handOverStarts(g.res, g.cfg.group, plans)
+		return out, nil
 	}
 	if isFatal(err) {
 		g.fail(err)
@@ -187,6 +187,99 @@ func (g *groupMember) adjust(ctx context.Context, offsets map[string]map[int32]k
 		g.log.Warnf("Resolving the start offsets of assigned partitions (the group retries): %v", err)
 	}
 	return nil, err
+}
+
+// starts resolves where parts start, as a direct read does (see
+// groupMember), and logs each start.
+func (g *groupMember) starts(ctx context.Context, parts []tp) ([]*partPlan, error) {
+	l, _, err := g.cfg.list(ctx, g.adm, g.log)
+	if err != nil {
+		return nil, err
+	}
+	gen := int32(-1)
+	if cl := g.cl.Load(); cl != nil {
+		_, gen = cl.GroupMetadata()
+	}
+	if err := keptStarts(ctx, g.res, g.cfg.group, l, parts, gen); err != nil {
+		return nil, err
+	}
+	plans, err := g.cfg.resolve(ctx, g.adm, l, parts)
+	if err != nil {
+		return nil, err
+	}
+	for _, pp := range plans {
+		g.log.Debugf("Partition %s: start %d (log start %d, end %d, committed %d)", pp.tp, pp.start, pp.logStart, pp.end, pp.committed)
+		pp.logFallback(g.log, g.cfg)
+	}
+	return plans, nil
+}
+
+// restartKept starts over, from the group's committed offsets, the
+// partitions that a new session under a new member id kept from the old one.
+// kgo's cooperative balancer calls a partition kept when both sessions were
+// given it, and neither revokes it nor resolves its start again: its cursor
+// and tracked position would go on from the old session's, although another
+// member may have owned it in between (the coordinator forgot this member)
+// and committed further, so that the next commit would move the group's
+// offset back and the records between would be read again. So their old
+// tracking is dropped without a commit, as for lost partitions, their starts
+// are resolved as for assigned ones, and kgo's cursor is moved there while
+// no poll is in flight (tracker.addWith). A start that cannot be resolved is
+// retried for up to rebalance_timeout, then the input fails: the partition
+// would otherwise be fetched and never read.
+func (g *groupMember) restartKept(ctx context.Context, cl *kgo.Client, added map[string][]int32) {
+	isAdded := map[tp]bool{}
+	for _, p := range toTPs(added) {
+		isAdded[p] = true
+	}
+	kept := map[string][]int32{}
+	var parts []tp
+	for _, s := range g.tr.snapshots() {
+		if !isAdded[s.tp] {
+			kept[s.Topic] = append(kept[s.Topic], s.Partition)
+			parts = append(parts, s.tp)
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	g.lost(ctx, cl, kept)
+	deadline := time.Now().Add(g.cfg.rebalance)
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+		plans, err := g.starts(ctx, parts)
+		if err == nil {
+			g.tr.addWith(plans, time.Now(), func() {
+				at := map[string]map[int32]kgo.EpochOffset{}
+				for _, pp := range plans {
+					if at[pp.Topic] == nil {
+						at[pp.Topic] = map[int32]kgo.EpochOffset{}
+					}
+					at[pp.Topic][pp.Partition] = kgo.EpochOffset{Epoch: -1, Offset: pp.start}
+				}
+				cl.SetOffsets(at)
+			})
+			handOverStarts(g.res, g.cfg.group, plans)
+			g.log.Infof("Kept %v across a rejoin of group %s under a new member id: restarted from the group's committed offsets", kept, g.cfg.group)
+			return
+		}
+		if isFatal(err) {
+			g.fail(err)
+			return
+		}
+		if ctx.Err() != nil || g.closing.Load() {
+			return
+		}
+		if time.Now().Add(backoff).After(deadline) {
+			g.fail(fmt.Errorf("group %s: the partitions %v kept across a rejoin under a new member id could not restart from the group's committed offsets within %s (%s): %w", g.cfg.group, kept, knFieldRebalanceTimeout, g.cfg.rebalance, err))
+			return
+		}
+		g.log.Warnf("Resolving the starts of %v, kept across a rejoin of group %s under a new member id (retrying): %v", kept, g.cfg.group, err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (g *groupMember) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {

@@ -141,7 +141,13 @@ func (t *tracker) ownerFor(p tp, seq uint64) (uint64, bool) {
 
 // add starts tracking the partitions of plans, replacing any state they had
 // (a partition assigned again after a revoke starts over).
-func (t *tracker) add(plans []*partPlan, now time.Time) {
+func (t *tracker) add(plans []*partPlan, now time.Time) { t.addWith(plans, now, nil) }
+
+// addWith is add, calling quiet (if not nil) once no poll is in flight and
+// before the next one can start: there the consumer's cursor can be moved to
+// the plans' starts without a poll returning records from either side of
+// the move.
+func (t *tracker) addWith(plans []*partPlan, now time.Time, quiet func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// Never while a poll is in flight (the fetch fence): PollFetches
@@ -149,6 +155,9 @@ func (t *tracker) add(plans []*partPlan, now time.Time) {
 	t.adding++
 	for t.polling {
 		t.pollCond.Wait()
+	}
+	if quiet != nil {
+		quiet()
 	}
 	t.adding--
 	t.pollCond.Broadcast()
