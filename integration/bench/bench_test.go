@@ -122,6 +122,25 @@ func BenchmarkPipelineKfake(b *testing.B) {
 	}
 }
 
+// BenchmarkBenthosFloor runs the bench input, its messages carrying the seven
+// metadata keys of a kafka_native message (values boxed once), into an output
+// that drops them: what Benthos itself costs per message of that shape, with
+// no Kafka and none of the input's or output's work. The message-mode rows
+// cannot go faster than this on the same machine.
+//
+//	go test -run X -bench BenthosFloor -benchtime 5000000x ./integration/bench/
+func BenchmarkBenthosFloor(b *testing.B) {
+	o := options{records: b.N, size: 100, batch: 1024, compression: "none"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	r, err := runPipeline(context.Background(), "floor", o)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(r.RecordsPerSec(), "records/s")
+}
+
 // BenchmarkProbeKfake is the raw franz-go transactional loop (the producer
 // probe) on kfake, for comparison with BenchmarkPipelineKfake/eos.
 func BenchmarkProbeKfake(b *testing.B) {

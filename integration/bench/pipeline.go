@@ -135,7 +135,12 @@ type benchSource struct {
 	values           [][]byte // sent in turn (-payload)
 	next             int      // index of the next value
 	fresh            bool     // a copy of the value per message
-	clk              *clock
+	// meta gives every message the seven metadata keys kafka_native
+	// sets, with values boxed once for the run: what a message of that
+	// shape costs Benthos itself (its metadata map and entries), with none
+	// of the input's own work.
+	meta bool
+	clk  *clock
 
 	warmed   chan struct{}
 	warmSent bool
@@ -147,7 +152,8 @@ func benchSourceSpec() *service.ConfigSpec {
 	return service.NewConfigSpec().
 		Fields(service.NewIntField("count"), service.NewIntField("size"), service.NewIntField("batch"),
 			service.NewDurationField("warmup"), service.NewDurationField("duration"),
-			service.NewBoolField("fresh").Default(false), service.NewStringField("payload").Default("letters"))
+			service.NewBoolField("fresh").Default(false), service.NewStringField("payload").Default("letters"),
+			service.NewBoolField("meta").Default(false))
 }
 
 func newBenchSource(conf *service.ParsedConfig, clk *clock) (*benchSource, error) {
@@ -169,6 +175,9 @@ func newBenchSource(conf *service.ParsedConfig, clk *clock) (*benchSource, error
 		return nil, err
 	}
 	if s.fresh, err = conf.FieldBool("fresh"); err != nil {
+		return nil, err
+	}
+	if s.meta, err = conf.FieldBool("meta"); err != nil {
 		return nil, err
 	}
 	kind, err := conf.FieldString("payload")
@@ -237,6 +246,11 @@ func (s *benchSource) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 			v = append([]byte(nil), v...)
 		}
 		b[i] = service.NewMessage(v)
+		if s.meta {
+			for _, kv := range floorMeta {
+				b[i].MetaSetMut(kv.key, kv.value)
+			}
+		}
 	}
 	s.clk.mu.Lock()
 	s.clk.total += int64(n)
@@ -257,6 +271,24 @@ func (s *benchSource) ReadBatch(ctx context.Context) (service.MessageBatch, serv
 }
 
 func (s *benchSource) Close(context.Context) error { return nil }
+
+// floorMeta are the metadata keys of a kafka_native message (a record of
+// partition 0 without key or headers), each value boxed once.
+var floorMeta = []struct {
+	key   string
+	value any
+}{
+	{"kafka_key", ""}, {"kafka_topic", "bench"}, {"kafka_partition", int64(0)}, {"kafka_offset", int64(1 << 20)},
+	{"kafka_timestamp_ms", int64(1764720000000)}, {"kafka_timestamp_unix", int64(1764720000)}, {"kafka_tombstone_message", false},
+}
+
+// benchDrop is the floor pipeline's output: it acknowledges every batch and
+// keeps nothing.
+type benchDrop struct{}
+
+func (benchDrop) Connect(context.Context) error                          { return nil }
+func (benchDrop) WriteBatch(context.Context, service.MessageBatch) error { return nil }
+func (benchDrop) Close(context.Context) error                            { return nil }
 
 // benchSink is the consume rows' output: it counts the records received per
 // partition (the parent checks them against the topic) and those received
@@ -342,6 +374,9 @@ func pipelineYAML(kind string, o options) (string, error) {
       seed_brokers: [ %q ]
       topic: bench_eos_state
 `, o.brokers, o.topic, "bench-"+o.topic, o.compression, o.interval, inFlight, o.brokers) + logger, nil
+	case "floor":
+		// Benthos alone: messages shaped as kafka_native's, no Kafka.
+		return strings.Replace(src, "payload: ", "meta: true, payload: ", 1) + "output:\n  bench_drop: {}\n" + logger, nil
 	case "plain":
 		return src + fmt.Sprintf(`output:
   bench_plain:
@@ -435,6 +470,11 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 	}
 	if err := env.RegisterBatchOutput("bench_sink", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
 		return sink, service.BatchPolicy{}, 1, nil
+	}); err != nil {
+		return result{}, err
+	}
+	if err := env.RegisterBatchOutput("bench_drop", service.NewConfigSpec(), func(*service.ParsedConfig, *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
+		return benchDrop{}, service.BatchPolicy{}, 1, nil
 	}); err != nil {
 		return result{}, err
 	}
