@@ -192,6 +192,8 @@ func newOutputFromParsed(conf *service.ParsedConfig, res *service.Resources) (*o
 // still running committed before that fence (afterFence). Nothing is
 // produced before it returns nil.
 func (o *output) Connect(ctx context.Context) error {
+	ctx, cancel := o.startContext(ctx)
+	defer cancel()
 	o.mu.Lock()
 	err := o.classifyConnectErr(o.connectLocked(ctx))
 	o.mu.Unlock()
@@ -210,6 +212,31 @@ func (o *output) Connect(ctx context.Context) error {
 		o.probeFencing(ctx)
 	})
 	return nil
+}
+
+// startContext is the context a start (Connect) runs under: ctx, except that
+// its cancellation leaves the start one commit_timeout to finish. A
+// bounded input with nothing left to read ends the stream as it starts, and
+// Benthos, stopping, cancels the context it hands Connect; a start cut short
+// there would leave the epoch its predecessor left in doubt PREPARED and its
+// transaction open until the transaction timeout (read_committed readers of
+// its partitions held back), while the run exits 0. Nothing of ctx is kept
+// past Connect.
+func (o *output) startContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(o.conf.commitBudget)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-sctx.Done():
+		}
+	})
+	return sctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // afterConnecter is a mode with work to do once the output runs, before it is
