@@ -68,6 +68,9 @@ type testHooks struct {
 	// beforeObserve is called in recovery once the slot records are read,
 	// before the in-doubt ones are observed.
 	beforeObserve func()
+	// afterSlots is called in Connect once every slot is initialised,
+	// before the check that no other producer initialised one since.
+	afterSlots func()
 }
 
 func (o *output) hook(step commitStep, ep *epoch) bool {

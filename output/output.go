@@ -214,6 +214,33 @@ func (o *output) Connect(ctx context.Context) error {
 	return nil
 }
 
+// checkSlotsCurrent stops the start as fenced if another producer initialised
+// one of the pool's transactional ids after this start did. An instance that
+// stalled during its start, between its slots' InitProducerIDs, while a later
+// instance ran, would otherwise go on with a mix: slots that instance fenced
+// and slots initialised again after it. The first fence would stop it with
+// the transactions of the others open until their timeout. A slot whose check
+// fails (DescribeTransactions refused or unanswered) is not held against the
+// start; the check is one DescribeTransactions per slot.
+func (o *output) checkSlotsCurrent(ctx context.Context, slots []*slot) error {
+	for _, s := range slots {
+		pid, e, err := s.cl.ProducerID(ctx)
+		if err != nil {
+			return fmt.Errorf("transactional id %q: %w", s.id, err)
+		}
+		obs, err := o.describe(ctx, s.id)
+		if err != nil {
+			o.log.Warnf("kafka_eos: checking that no other producer initialised %q since this start did: %v", s.id, err)
+			continue
+		}
+		if txnstate.InitSuperseded(obs, pid, e) {
+			o.m.fence()
+			return fatal.Raise(&FencedError{TransactionalID: s.id, Err: fmt.Errorf("this start initialised it at producer id %d epoch %d, and the broker shows %v: another producer initialised it since", pid, e, obs)})
+		}
+	}
+	return nil
+}
+
 // startContext is the context a start (Connect) runs under: ctx, except that
 // its cancellation leaves the start one commit_timeout to finish. A
 // bounded input with nothing left to read ends the stream as it starts, and
@@ -305,6 +332,15 @@ func (o *output) connectLocked(ctx context.Context) error {
 		}
 	}
 	if err := o.abortOrphans(ctx, rec); err != nil {
+		for _, s := range slots {
+			s.cl.Close()
+		}
+		return err
+	}
+	if o.hooks != nil && o.hooks.afterSlots != nil {
+		o.hooks.afterSlots()
+	}
+	if err := o.checkSlotsCurrent(ctx, slots); err != nil {
 		for _, s := range slots {
 			s.cl.Close()
 		}

@@ -2,11 +2,13 @@ package output
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/connect-eos/connect-eos/txnstate"
@@ -105,4 +107,53 @@ func TestStartStoppedAtOnceBounded(t *testing.T) {
 		t.Fatalf("Connect under a cancelled context took %v (commit_timeout 5s): %v", took, err)
 	}
 	t.Logf("Connect gave up after %v: %v", took, err)
+}
+
+// TestStartSupersededStopsFenced: an instance that stalls during its start,
+// after initialising some of its slots, while a later instance runs, must not
+// go on with the slots that instance initialised after it: the first fence
+// on the others would stop it with their transactions open until their
+// timeout. Here the later instance is played by an InitProducerID of slot 0's
+// transactional id once the start initialised every slot.
+func TestStartSupersededStopsFenced(t *testing.T) {
+	for _, tv := range []struct {
+		name string
+		opts []kfake.Opt
+	}{
+		{"tv2", nil},
+		{"tv0", []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}},
+	} {
+		t.Run(tv.name, func(t *testing.T) {
+			c := newCluster(t, tv.opts...)
+			res := newResources()
+			yaml := baseYAML(c.ListenAddrs(), "app", "")
+			a := newTestOutput(t, res, yaml)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := a.WriteBatch(ctx, batchOf("first", 3)); err != nil {
+				t.Fatal(err)
+			}
+			b := newUnconnected(t, res, yaml)
+			b.hooks = &testHooks{afterSlots: func() {
+				rival, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(txnstate.SlotID("app", 0)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer rival.Close()
+				if _, _, err := rival.ProducerID(ctx); err != nil {
+					t.Error(err)
+				}
+			}}
+			err := b.Connect(ctx)
+			var fe *FencedError
+			if !errors.As(err, &fe) {
+				t.Fatalf("Connect returned %v, want the start stopped as fenced", err)
+			}
+			if fe.TransactionalID != txnstate.SlotID("app", 0) {
+				t.Fatalf("fenced on %q, want %q: %v", fe.TransactionalID, txnstate.SlotID("app", 0), err)
+			}
+			t.Logf("the start stopped: %v", err)
+		})
+	}
 }

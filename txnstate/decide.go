@@ -377,6 +377,21 @@ func ReinitAfterRival(before Observation, pid int64, e int16) bool {
 	return false
 }
 
+// InitSuperseded says, from DescribeTransactions of a transactional id that
+// this instance initialised (producer id pid, epoch e) and has opened no
+// transaction on since, whether another producer initialised the id after
+// it: a later epoch at pid, or another producer id (that producer's
+// InitProducerID found the epoch at its limit, or the id expired). Nothing of
+// this instance's can move the epoch in between: no transaction of it is
+// open for the coordinator's timeout to abort. An id the coordinator does not
+// know tells nothing: false.
+func InitSuperseded(after Observation, pid int64, e int16) bool {
+	if !after.Found {
+		return false
+	}
+	return after.ProducerID != pid || after.ProducerEpoch > e
+}
+
 // CommitCheck is what the broker's state right after an EndTxn(commit) that
 // the client reported successful says about that commit (CheckCommit).
 type CommitCheck uint8

@@ -433,3 +433,27 @@ func TestReinitAfterRival(t *testing.T) {
 		})
 	}
 }
+
+func TestInitSuperseded(t *testing.T) {
+	const pid, e = 50, 7
+	for _, tc := range []struct {
+		name  string
+		after Observation
+		want  bool
+	}{
+		{"empty at ours", obs(BrokerEmpty, pid, e), false},
+		{"complete abort at ours", obs(BrokerCompleteAbort, pid, e), false},
+		{"complete commit at ours", obs(BrokerCompleteCommit, pid, e), false},
+		{"empty, a later epoch", obs(BrokerEmpty, pid, e+1), true},
+		{"ongoing, a later epoch", obs(BrokerOngoing, pid, e+2), true},
+		{"another producer id", obs(BrokerEmpty, pid+1, 0), true},
+		{"an earlier epoch", obs(BrokerEmpty, pid, e-1), false},
+		{"not found", Observation{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := InitSuperseded(tc.after, pid, e); got != tc.want {
+				t.Errorf("InitSuperseded(%v, %d, %d) = %v, want %v", tc.after, pid, e, got, tc.want)
+			}
+		})
+	}
+}
