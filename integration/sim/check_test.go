@@ -242,6 +242,11 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		// transaction open there.
 		{Result{Plan: Plan{Mode: ModeK2K, Oversized: []int{31, 96}, AbortedTxns: 1}, Stats: Stats{Zombies: 1}},
 			"transactions left open on the output after every instance stopped: [out/1: producer 5732183019233151618, 5 records from offset 186]", "zombie-rewarm"},
+		// A start cut short (as in seed 6936658676135035244, without its
+		// zombie): a fatal stop in doubt, then a start with nothing left
+		// to read whose recovery never ran.
+		{Result{Plan: Plan{Mode: ModePlain}, Stats: Stats{FatalExits: 1}},
+			"transactions left open on the output after every instance stopped: [out/2: producer 5732183019233151617, 100 records from offset 387]", "start-cut-short"},
 		// Seed 4886304739810381260, FAIL(new) in a sweep: nine Produce
 		// requests in a row refused NOT_LEADER_FOR_PARTITION, 5s each.
 		{Result{Plan: Plan{Mode: ModeDedupe, Faults: refusedProduce}, Stats: Stats{KfakeFence: 3, FatalExits: 3}},
