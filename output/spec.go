@@ -440,7 +440,7 @@ on their increase sees the first one.
 				Default(defaultTxnTimeout).
 				Advanced(),
 			service.NewDurationField(keoFieldCommitBudget).
-				Description("How long each step of an epoch commit may take before it counts as failed (or, for EndTxn, in doubt): the state cache write, the positions records of mirror mode, EndTxn. The flush of the epoch's records is bounded by the epoch's deadline instead (`transaction_timeout` less a margin), since it may carry up to `max_buffered_bytes`. Default 10s.").
+				Description("How long each step of an epoch commit may take before it counts as failed (or, for EndTxn, in doubt): the state cache write, the positions records of mirror mode, EndTxn. The flush of the epoch's records is bounded by the epoch's deadline instead (`transaction_timeout` less a margin), since it may carry up to `max_buffered_bytes`. Also how long a start (recovery of what the previous run left in doubt) may go on once the stream stops as it starts. Default 10s.").
 				Default(defaultCommitBudget).
 				Advanced(),
 			service.NewObjectField(keoFieldEpoch,
