@@ -145,10 +145,15 @@ func TestStartSupersededStopsFenced(t *testing.T) {
 					t.Error(err)
 				}
 			}}
+			fc, restore := catchFatal()
+			defer restore()
 			err := b.Connect(ctx)
 			var fe *FencedError
 			if !errors.As(err, &fe) {
 				t.Fatalf("Connect returned %v, want the start stopped as fenced", err)
+			}
+			if !errors.As(fc.err(), &fe) {
+				t.Fatalf("the stop raised %v, want the fence", fc.err())
 			}
 			if fe.TransactionalID != txnstate.SlotID("app", 0) {
 				t.Fatalf("fenced on %q, want %q: %v", fe.TransactionalID, txnstate.SlotID("app", 0), err)
