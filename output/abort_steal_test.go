@@ -46,7 +46,7 @@ func TestAbortUnknownOutcomeNotStealing(t *testing.T) {
 }
 
 func testAbortUnknownOutcome(t *testing.T, tvName string, opts []kfake.Opt, withRival bool) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	c := newCluster(t, opts...)
 	brokers := c.ListenAddrs()

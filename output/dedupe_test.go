@@ -292,7 +292,7 @@ func TestDedupeBadPosition(t *testing.T) {
 // batch was nacked and Benthos replayed it for ever: a silent stall.)
 // Forgetting a key instead would write its replays again (I4).
 func TestDedupeMaxKeys(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	c := newCluster(t)
 	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "app", dedupeExtra+"  max_keys: 2\n"))
@@ -483,7 +483,7 @@ func TestDedupeCommitReportedButAborted(t *testing.T) {
 // exactly once.
 func TestDedupeCommitReportedButAbortedKfakeTV2(t *testing.T) {
 	c := newCluster(t, dedupeTVs[0].opts...)
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	res := newResources()
 	yaml := yamlFor(c.ListenAddrs(), testTopic, "app", dedupeExtra)
@@ -522,7 +522,7 @@ func TestDedupeCommitReportedButAbortedKfakeTV2(t *testing.T) {
 }
 
 func testDedupeCommitReportedButAborted(t *testing.T, brokers []string, topic, txnID string) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer func() { restore() }()
 	res := newResources()
 	yaml := yamlFor(brokers, topic, txnID, dedupeExtra)

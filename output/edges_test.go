@@ -40,7 +40,7 @@ func TestKafkaCommitNotOursNotAcked(t *testing.T) {
 }
 
 func testCommitNotOursNotAcked(t *testing.T, brokers []string, topic, txnID string) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	a := newTestOutput(t, newResources(), yamlFor(brokers, topic, txnID, ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -118,7 +118,7 @@ func TestKafkaTakeoverNotOwnTimeout(t *testing.T) {
 // DescribeTransactions is made to answer what Apache Kafka shows in the window
 // before the other instance's retry: CompleteAbort at our producer id, e+1.
 func testTakeoverNotOwnTimeout(t *testing.T, brokers []string, topic, txnID string, c *kfake.Cluster) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	a := newTestOutput(t, newResources(), yamlFor(brokers, topic, txnID, ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -244,7 +244,7 @@ func TestDedupeOwedCountedFromNack(t *testing.T) {
 func TestDedupeNoAckAfterStop(t *testing.T) {
 	for _, tv := range dedupeTVs {
 		t.Run(tv.name, func(t *testing.T) {
-			fc, restore := catchFatal()
+			fc, restore := catchFatal(t)
 			defer restore()
 			c := newCluster(t, tv.opts...)
 			yaml := baseYAML(c.ListenAddrs(), "stopped", dedupeExtra)

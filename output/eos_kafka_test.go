@@ -266,7 +266,7 @@ func TestKafkaTimedOutWhileDown(t *testing.T) {
 // aborted and nacked, the slot re-initialised, and the output carries on.
 func TestKafkaOwnTimeoutNotZombie(t *testing.T) {
 	forEachKafka(t, func(t *testing.T, env kafkaEnv) {
-		fc, restore := catchFatal()
+		fc, restore := catchFatal(t)
 		defer restore()
 		res := newResources()
 		yaml := strings.Replace(env.yaml("commit_timeout: 500ms\n"), "transaction_timeout: 30s\n", "transaction_timeout: 3s\n", 1)

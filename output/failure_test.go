@@ -67,7 +67,7 @@ func TestCascadeAbort(t *testing.T) {
 // first stops with a fatal error naming the id, and nothing it writes after
 // is visible.
 func TestZombieFenced(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 
 	c := newCluster(t)

@@ -54,7 +54,7 @@ func closeAddPartitions(c *kfake.Cluster, id string, n int64) *atomic.Int64 {
 // the output goes on; the replayed batch and the ones after it commit. On the
 // code before, the next epoch on the slot stopped the output (fatal, exit 3).
 func TestFirstReadCloseUnderAddPartitions(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -95,7 +95,7 @@ func TestFirstReadCloseUnderAddPartitions(t *testing.T) {
 // and re-initialise forever: after firstReadCloseLimit epochs in a row
 // aborted on it, it stops (fatal) naming the close and what it often means.
 func TestFirstReadCloseEveryTimeStops(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -137,7 +137,7 @@ func TestFirstReadCloseEveryTimeStops(t *testing.T) {
 // broker's state decides first, and the output stops as a zombie; the other
 // instance commits.
 func TestFirstReadCloseHidingAFence(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -165,7 +165,7 @@ func TestFirstReadCloseHidingAFence(t *testing.T) {
 // time (a broker that now requires SASL): the re-initialisation is not
 // retried forever; after firstReadCloseFor of it the output stops (fatal).
 func TestFirstReadCloseReinitStops(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	defer func(d time.Duration) { firstReadCloseFor = d }(firstReadCloseFor)
 	firstReadCloseFor = 2 * time.Second

@@ -189,8 +189,18 @@ type fatalCatch struct {
 }
 
 // catchFatal installs a fatalCatch as fatal's handler; restore puts the
-// previous handler back.
-func catchFatal() (fc *fatalCatch, restore func()) {
+// previous handler back and clears the recorded error.
+//
+// fatal calls its handler for the first raise only, until a restore clears
+// it. So a fatal error left recorded by an earlier test (one that raised
+// without catching) would keep this test's handler from ever being called,
+// and a test waiting for its own fatal stop would fail far from the cause:
+// catchFatal fails the test at once instead, naming the error left behind.
+func catchFatal(t testing.TB) (fc *fatalCatch, restore func()) {
+	t.Helper()
+	if err := fatal.Err(); err != nil {
+		t.Fatalf("a fatal error is still recorded from an earlier test, which raised it without catchFatal's restore: %v", err)
+	}
 	fc = &fatalCatch{}
 	return fc, fatal.SetHandler(func(err error) {
 		fc.mu.Lock()

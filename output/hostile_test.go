@@ -258,7 +258,7 @@ func testHostileRecordsCopy(t *testing.T, e k2kTopics, txnID, route string) {
 // its own error, and the route takes it. Before, it stopped the pipeline as
 // "sent back".
 func TestTwoUnwritableInOneInputBatch(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	c := newK2KCluster(t)
 	e := k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}

@@ -88,7 +88,7 @@ func testLostEndTxnAnswer(t *testing.T, brokers []string, topic, txnID string, a
 // holds the batch (never acked, never nacked before Close); the next start
 // resolves it.
 func TestUnknownEndTxnOutcomeStops(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 
 	c := newCluster(t)

@@ -21,7 +21,7 @@ import (
 // written and nothing stopped, so a crash between two parts of a later split
 // batch lost records.
 func TestK2KSplitBatchDrainsThenStops(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	c := newK2KCluster(t)
 	brokers := c.ListenAddrs()
@@ -72,7 +72,7 @@ func TestK2KSplitBatchDrainsThenStops(t *testing.T) {
 	// The restart reads from the committed offset.
 	handover.ReleaseCommitTakeover(res, k2kGroup, a)
 	restore()
-	fc, restore = catchFatal()
+	fc, restore = catchFatal(t)
 	defer restore()
 	b := startK2K(ctx, t, res, yaml, k2kIn, committed)
 	if err := b.WriteBatch(ctx, sourcedOf(k2kIn, "s", 0, committed, 6)); err != nil {
@@ -127,7 +127,7 @@ func TestK2KSplitBatchCrashBeforeSecondPartLoses(t *testing.T) {
 // and the group's lag at 0. Before, the copy ran to its end with nothing
 // said, each part committing its whole input batch's offsets.
 func TestK2KSplitProcessorStopsThenRestartCopies(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	c := newK2KCluster(t)
 	brokers := c.ListenAddrs()
@@ -145,7 +145,7 @@ func TestK2KSplitProcessorStopsThenRestartCopies(t *testing.T) {
 		t.Fatalf("the split copy committed every offset (%d): it did not stop before its end", sum)
 	}
 	restore()
-	fc, restore = catchFatal()
+	fc, restore = catchFatal(t)
 	defer restore()
 	runStream(t, copyYAML(brokers, "k2k-split-stream", false, ""), 60*time.Second)
 	checkCopy(t, brokers, n, func(int) bool { return true })

@@ -811,7 +811,7 @@ func TestK2KCommitReportedButAborted(t *testing.T) {
 }
 
 func testK2KCommitReportedButAborted(t *testing.T, e k2kTopics, txnID string) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer func() { restore() }()
 	span := func(prefix string, from, to int64) service.MessageBatch {
 		b := batchOf(prefix, int(to-from))

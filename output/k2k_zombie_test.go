@@ -60,7 +60,7 @@ func copyState(t *testing.T, from, to *service.Resources, txnID string, slots in
 // recovery must ask the Fetch probe whether epoch 1's own records are still
 // undecided before it treats the open transaction as epoch 1.
 func TestK2KRivalResumesLaterEpochTV0(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	t.Cleanup(restore) // registered first: runs after the outputs closed
 	c := newCluster(t, kfake.SeedTopics(3, k2kIn), kfake.MaxVersions(kversion.V3_9_0()))
 	brokers := c.ListenAddrs()

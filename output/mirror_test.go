@@ -864,7 +864,7 @@ func claim(t *testing.T, o *output, e mirrorEnv, parts ...int32) map[int32]int64
 // commit nothing afterwards (it stops as a zombie does).
 func TestMirrorClaimFencesHolder(t *testing.T) {
 	e := newMirrorEnv(t, 3)
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -912,7 +912,7 @@ func TestMirrorClaimFencesHolder(t *testing.T) {
 // copies.
 func TestMirrorConcurrentClaim(t *testing.T) {
 	e := newMirrorEnv(t, 3)
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	x := mirrorOutput(t, e, "mirror-x", &fakeGroup{owned: map[int32]uint64{1: 1}, gen: 1, member: "m"})
 	y := mirrorOutput(t, e, "mirror-y", &fakeGroup{owned: map[int32]uint64{1: 1}, gen: 2, member: "n"})
@@ -944,7 +944,7 @@ func TestMirrorStartBelowPositions(t *testing.T) {
 	fillSource(t, e.a, e.src, 0, 60)
 	runStream(t, e.mirrorYAML(e.id+"below", bounded, "", ""), mirrorDeadline)
 	checkMirror(t, e, 60)
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	y := strings.Replace(e.mirrorYAML(e.id+"below", bounded, "", ""), "start_offset: committed", "start_offset: earliest", 1)
 	s := buildStream(t, y)

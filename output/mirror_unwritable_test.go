@@ -78,7 +78,7 @@ func TestMirrorKafkaUnwritableCrashBeforeDeadLetter(t *testing.T) {
 }
 
 func testMirrorUnwritableCrashBeforeDeadLetter(t *testing.T, e mirrorEnv) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
 	defer cancel()
@@ -124,7 +124,7 @@ func testMirrorUnwritableCrashBeforeDeadLetter(t *testing.T, e mirrorEnv) {
 // being copied again.
 func TestMirrorUnwritableReplayPastHeldPositionMoved(t *testing.T) {
 	e := newMirrorEnv(t, 3)
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
 	defer cancel()

@@ -50,7 +50,7 @@ func TestMirrorKafkaRivalResumesLaterEpochTV0(t *testing.T) {
 }
 
 func testMirrorRivalResumesLaterEpochTV0(t *testing.T, e mirrorEnv) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	t.Cleanup(restore) // registered first: runs after the outputs closed
 	txnID := e.id + "rival"
 	yaml := fmt.Sprintf(`

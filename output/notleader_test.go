@@ -34,7 +34,7 @@ func TestEpochRidesOutRefusedProduce(t *testing.T) {
 		{"not enough replicas", kerr.NotEnoughReplicas.Code, 2, "4s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fc, restore := catchFatal()
+			fc, restore := catchFatal(t)
 			defer restore()
 			c := newCluster(t)
 			brokers := c.ListenAddrs()

@@ -26,7 +26,7 @@ import (
 // the start stops in doubt as before (the ghost epoch's records are not in
 // the topic), without the refusal.
 func TestInDoubtProbeRefused(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	c := newCluster(t)
 	var refuse atomic.Bool

@@ -24,7 +24,7 @@ import (
 func TestRewarmAfterCommitNotStealing(t *testing.T) {
 	for _, tv := range dedupeTVs {
 		t.Run(tv.name, func(t *testing.T) {
-			fc, restore := catchFatal()
+			fc, restore := catchFatal(t)
 			defer restore()
 			c := newCluster(t, tv.opts...)
 			brokers := c.ListenAddrs()
@@ -95,7 +95,7 @@ func TestRewarmAfterCommitNotStealing(t *testing.T) {
 func TestRewarmAfterCommitRivalBetweenCheckAndInit(t *testing.T) {
 	for _, tv := range dedupeTVs {
 		t.Run(tv.name, func(t *testing.T) {
-			fc, restore := catchFatal()
+			fc, restore := catchFatal(t)
 			defer restore()
 			c := newCluster(t, tv.opts...)
 			brokers := c.ListenAddrs()

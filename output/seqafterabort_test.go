@@ -46,7 +46,7 @@ func TestSequenceAfterAbortWithAppliedProduce(t *testing.T) {
 }
 
 func testSequenceAfterAbort(t *testing.T, replayFirst bool) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	c := newCluster(t, kfake.MaxVersions(kversion.V3_9_0()))
 	brokers := c.ListenAddrs()
@@ -143,7 +143,7 @@ func testSequenceAfterAbort(t *testing.T, replayFirst bool) {
 // and the output stops as a zombie instead of fencing it with a new
 // InitProducerID.
 func TestAbortWithUnwrittenRecordsNotStealing(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	c := newCluster(t, kfake.MaxVersions(kversion.V3_9_0()))
 	brokers := c.ListenAddrs()

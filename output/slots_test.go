@@ -323,7 +323,7 @@ func TestSlotsInitialisedOnce(t *testing.T) {
 func TestOrphanSlotsFenced(t *testing.T) {
 	c := newCluster(t)
 	res := newResources()
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -71,7 +71,7 @@ func TestStateCacheRefusedCommitted(t *testing.T) {
 	brokers := c.ListenAddrs()
 	const stateTopic = "eos-state"
 	f := injectStateFaults(t, c, stateTopic)
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	o := newTestOutput(t, kafkaStateResources(t, brokers, stateTopic), yamlFor(brokers, testTopic, "app", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -105,7 +105,7 @@ func TestStateCacheRefusedPositions(t *testing.T) {
 	brokers := c.ListenAddrs()
 	const stateTopic = "eos-state"
 	f := injectStateFaults(t, c, stateTopic)
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	o := newTestOutput(t, kafkaStateResources(t, brokers, stateTopic), yamlFor(brokers, testTopic, "app", dedupeExtra))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

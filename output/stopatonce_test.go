@@ -145,7 +145,7 @@ func TestStartSupersededStopsFenced(t *testing.T) {
 					t.Error(err)
 				}
 			}}
-			fc, restore := catchFatal()
+			fc, restore := catchFatal(t)
 			defer restore()
 			err := b.Connect(ctx)
 			var fe *FencedError

@@ -139,7 +139,7 @@ func TestAckedImpliesWritten(t *testing.T) {
 			// Benthos replays the whole input batch of a failed
 			// message under output batching: the output stops before
 			// writing anything of it again.
-			fc, restore := catchFatal()
+			fc, restore := catchFatal(t)
 			defer restore()
 			if err := o.WriteBatch(ctx, b); err == nil || fc.err() == nil || !strings.Contains(fc.err().Error(), "sent back") {
 				t.Fatalf("replay: %v (fatal %v), want a stop naming the message sent back", err, fc.err())
@@ -181,7 +181,7 @@ func TestAckedImpliesWritten(t *testing.T) {
 // A message reported unwritable and sent back (nacked, no route took it)
 // stops the output with an error naming it, instead of looping.
 func TestUnwritableSentBackStops(t *testing.T) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	c := newCluster(t)
 	o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "sentback", "max_message_bytes: 600\n"))

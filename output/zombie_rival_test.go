@@ -62,7 +62,7 @@ func TestZombieCommitsWhileRivalStarts(t *testing.T) {
 }
 
 func testZombieCommitsWhileRivalStarts(t *testing.T, brokers []string, res func() *service.Resources, full bool) {
-	_, restore := catchFatal()
+	_, restore := catchFatal(t)
 	defer restore()
 	yaml := yamlFor(brokers, testTopic, "zr", dedupeExtra)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -138,7 +138,7 @@ func TestZombieLaterEpochOpenAtRivalObserve(t *testing.T) {
 			c := newCluster(t, tv.opts...)
 			brokers := c.ListenAddrs()
 			res := newResources() // shared: every write is seen at once
-			_, restore := catchFatal()
+			_, restore := catchFatal(t)
 			defer restore()
 			yaml := yamlFor(brokers, testTopic, "zl", dedupeExtra+"producer_pool_size: 2\n")
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -200,7 +200,7 @@ func TestZombieCommitsAbortedOpenBeforeFence(t *testing.T) {
 	c := newCluster(t, dedupeTVs[1].opts...) // TV0: an open epoch is aborted
 	brokers := c.ListenAddrs()
 	res := newResources()
-	_, restore := catchFatal()
+	_, restore := catchFatal(t)
 	defer restore()
 	yaml := yamlFor(brokers, testTopic, "za", dedupeExtra)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -288,7 +288,7 @@ func TestKafkaZombieLaterEpochPreparedAtRivalDecision(t *testing.T) {
 }
 
 func testZombieLaterEpochPreparedAtRivalDecision(t *testing.T, brokers []string, topic, txnID string, res func() *service.Resources) {
-	_, restore := catchFatal()
+	_, restore := catchFatal(t)
 	defer restore()
 	yaml := yamlFor(brokers, topic, txnID, dedupeExtra+"producer_pool_size: 2\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -52,7 +52,7 @@ func TestStalledZombieKfake(t *testing.T) {
 }
 
 func testStalledZombieInProcess(t *testing.T, brokers []string, topic, txnID, stateTopic string) {
-	fc, restore := catchFatal()
+	fc, restore := catchFatal(t)
 	defer restore()
 	yaml := yamlFor(brokers, topic, txnID, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
