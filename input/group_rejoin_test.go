@@ -24,26 +24,7 @@ import (
 // the new session's assignment is empty, as when another member owns the
 // partition.
 func TestGroupRejoinUnderNewMemberCommitsNothing(t *testing.T) {
-	e := newKfakeEnv(t)
-	topic := e.topic(t, 1)
-	e.produce(t, topic, 0, vals("a", 15)...)
-	group := uniq(t, "g")
-	a := e.newInput(t, fmt.Sprintf(`
-topics: [ %s ]
-consumer_group: %s
-group_membership: true
-start_offset: committed
-reset_offset: earliest
-max_batch_records: 5
-commit_period: 50ms
-session_timeout: 6s
-heartbeat_interval: 500ms
-rebalance_timeout: 3s
-revoke_ack_timeout: 1s
-`, topic, group))
-	a.mustConnect()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	e, a, topic, group, ctx := rejoinMember(t, 15)
 	read := func() {
 		t.Helper()
 		b, ack, err := a.in.ReadBatch(ctx)
@@ -136,26 +117,7 @@ revoke_ack_timeout: 1s
 // successor's commit is played by rewriting the member's last accepted
 // commit (to 25, while it acknowledged 10).
 func TestGroupRejoinKeptPartitionRestartsFromCommitted(t *testing.T) {
-	e := newKfakeEnv(t)
-	topic := e.topic(t, 1)
-	e.produce(t, topic, 0, vals("a", 30)...)
-	group := uniq(t, "g")
-	a := e.newInput(t, fmt.Sprintf(`
-topics: [ %s ]
-consumer_group: %s
-group_membership: true
-start_offset: committed
-reset_offset: earliest
-max_batch_records: 5
-commit_period: 50ms
-session_timeout: 6s
-heartbeat_interval: 500ms
-rebalance_timeout: 3s
-revoke_ack_timeout: 1s
-`, topic, group))
-	a.mustConnect()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	e, a, topic, group, ctx := rejoinMember(t, 30)
 	read := func() (first int64) {
 		t.Helper()
 		b, ack, err := a.in.ReadBatch(ctx)
@@ -297,4 +259,33 @@ revoke_ack_timeout: 1s
 	for _, o := range newCommits {
 		require.GreaterOrEqual(t, o, int64(successor), "the new session committed %v: an offset behind the successor's commit", newCommits)
 	}
+}
+
+// rejoinMember connects a group_membership member of a fresh group that
+// commits itself, on a fresh one-partition kfake topic holding n records, in
+// batches of 5, with session, heartbeat and rebalance timeouts short enough
+// for a rejoin to run within a test. ctx bounds the test (60 s).
+func rejoinMember(t *testing.T, n int) (e *env, a *harness, topic, group string, ctx context.Context) {
+	t.Helper()
+	e = newKfakeEnv(t)
+	topic = e.topic(t, 1)
+	e.produce(t, topic, 0, vals("a", n)...)
+	group = uniq(t, "g")
+	a = e.newInput(t, fmt.Sprintf(`
+topics: [ %s ]
+consumer_group: %s
+group_membership: true
+start_offset: committed
+reset_offset: earliest
+max_batch_records: 5
+commit_period: 50ms
+session_timeout: 6s
+heartbeat_interval: 500ms
+rebalance_timeout: 3s
+revoke_ack_timeout: 1s
+`, topic, group))
+	a.mustConnect()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return e, a, topic, group, ctx
 }

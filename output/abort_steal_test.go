@@ -36,7 +36,7 @@ import (
 // broker still shows our transaction open at our epoch) the epoch is nacked,
 // the slot re-initialised, and the output goes on.
 func TestAbortUnknownOutcomeNotStealing(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		for _, rival := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/rival=%v", tv.name, rival), func(t *testing.T) {
 				testAbortUnknownOutcome(t, tv.name, tv.opts, rival)

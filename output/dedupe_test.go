@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/connect-eos/connect-eos/internal/fatal"
 	"github.com/connect-eos/connect-eos/txnstate"
@@ -75,11 +73,6 @@ func wantOnly(t testing.TB, brokers []string, topic, key string, from, to int64)
 		t.Fatalf("visible %v", got)
 	}
 }
-
-var dedupeTVs = []struct {
-	name string
-	opts []kfake.Opt
-}{{"tv2", nil}, {"tv0", []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}}}
 
 // Replays at or below the committed position are acked and dropped, in the
 // same process and after a restart (the positions come from the state cache).
@@ -209,7 +202,7 @@ func TestDedupeInFlightThenAbort(t *testing.T) {
 // the replay is written. (After EndTxn: found committed, positions applied;
 // before PREPARE: aborted by InitProducerID, replayed.)
 func TestDedupeCrashAfterPrepareResumes(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		for _, step := range []commitStep{stepPrepared, stepEnded, stepProduced} {
 			t.Run(fmt.Sprintf("%s/step%d", tv.name, step), func(t *testing.T) {
 				c := newCluster(t, tv.opts...)
@@ -467,7 +460,7 @@ func testDedupeReplaySimulation(t *testing.T, seed uint64) {
 // abort, see verifyCommit). On Apache Kafka, TV0 and TV2:
 // TestKafkaDedupeCommitReportedButAborted.
 func TestDedupeCommitReportedButAborted(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			c := newCluster(t, tv.opts...)
 			testDedupeCommitReportedButAborted(t, c.ListenAddrs(), testTopic, "app")
@@ -482,7 +475,7 @@ func TestDedupeCommitReportedButAborted(t *testing.T) {
 // output goes on, its positions are not committed, and the replay is written
 // exactly once.
 func TestDedupeCommitReportedButAbortedKfakeTV2(t *testing.T) {
-	c := newCluster(t, dedupeTVs[0].opts...)
+	c := newCluster(t, kfakeTVs[0].opts...)
 	fc, restore := catchFatal(t)
 	defer restore()
 	res := newResources()

@@ -25,7 +25,7 @@ import (
 // original code verifyCommit returned nil for CommitNotOurs and the batch was
 // acked with nothing committed.
 func TestCommitNotOursNotAcked(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			c := newCluster(t, tv.opts...)
 			testCommitNotOursNotAcked(t, c.ListenAddrs(), testTopic, "notours")
@@ -99,7 +99,7 @@ func testCommitNotOursNotAcked(t *testing.T, brokers []string, topic, txnID stri
 // the live instance in turn. On the original code ClassifyFence read that
 // state as our own timeout: the epoch was nacked and the slot re-initialised.
 func TestTakeoverNotOwnTimeout(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			c := newCluster(t, tv.opts...)
 			testTakeoverNotOwnTimeout(t, c.ListenAddrs(), testTopic, "takeover", c)
@@ -242,7 +242,7 @@ func TestDedupeOwedCountedFromNack(t *testing.T) {
 // found them admitted and was acked as a duplicate, never written (with an
 // input that deletes what is acked, a loss).
 func TestDedupeNoAckAfterStop(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			fc, restore := catchFatal(t)
 			defer restore()

@@ -125,7 +125,7 @@ func TestKafkaEndTxnDescribe(t *testing.T) {
 // TV0 and the read_committed probe under TV2 (txnstate.CommitEmpty). If this
 // test fails because kfake learned the Prepare*/Complete* states, both can go.
 func TestKfakeEndTxnDescribe(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			c := newCluster(t, tv.opts...)
 			brokers := c.ListenAddrs()

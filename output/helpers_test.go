@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
 	"github.com/connect-eos/connect-eos/internal/fatal"
@@ -380,3 +381,11 @@ func refusedProduce(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse 
 	}
 	return resp
 }
+
+// kfakeTVs are kfake's two transaction versions, for tests that run under
+// both: 2 (kfake's default) and 0 (a broker capped at Kafka 3.9's request
+// versions, where an EndTxn does not bump the producer epoch).
+var kfakeTVs = []struct {
+	name string
+	opts []kfake.Opt
+}{{"tv2", nil}, {"tv0", []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}}}

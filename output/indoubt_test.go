@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/connect-eos/connect-eos/internal/fatal"
 	"github.com/connect-eos/connect-eos/txnstate"
@@ -22,10 +20,7 @@ import (
 // is neither nacked nor aborted: the raw EndTxn retry with the same producer
 // id and epoch establishes the commit, and the batch is acked.
 func TestUnknownEndTxnOutcomeResolved(t *testing.T) {
-	for _, tv := range []struct {
-		name string
-		opts []kfake.Opt
-	}{{"tv2", nil}, {"tv0", []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}}} {
+	for _, tv := range kfakeTVs {
 		for _, applied := range []bool{true, false} {
 			name := tv.name + "/lost answer"
 			if !applied {

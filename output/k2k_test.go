@@ -802,7 +802,7 @@ func membershipRebalance(t *testing.T, e k2kTopics, txnID string, n int) {
 // asked the broker: the abort's epoch bump was taken for a commit):
 // TestK2KKafkaCommitReportedButAborted.
 func TestK2KCommitReportedButAborted(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			c := newCluster(t, append([]kfake.Opt{kfake.SeedTopics(3, k2kIn)}, tv.opts...)...)
 			testK2KCommitReportedButAborted(t, k2kTopics{c.ListenAddrs(), k2kIn, testTopic, k2kGroup}, "k2k-aborted")

@@ -20,7 +20,7 @@ import (
 // kept). On the original code epoch 2 produced at once: its record took the
 // lower offset.
 func TestOrderAcrossEpochs(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			c := newCluster(t, tv.opts...)
 			o := newTestOutput(t, newResources(), baseYAML(c.ListenAddrs(), "order", "partitioner: manual\npartition: '0'\nmax_in_flight: 4\n"))

@@ -22,7 +22,7 @@ import (
 // batches there. The output stops as a zombie instead, without an
 // InitProducerID for the id, and the other instance commits on it.
 func TestRewarmAfterCommitNotStealing(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			fc, restore := catchFatal(t)
 			defer restore()
@@ -93,7 +93,7 @@ func TestRewarmAfterCommitNotStealing(t *testing.T) {
 // shows it: the output stops as a zombie with the new client unused, so it
 // leaves no transaction open and writes nothing over the other instance.
 func TestRewarmAfterCommitRivalBetweenCheckAndInit(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			fc, restore := catchFatal(t)
 			defer restore()

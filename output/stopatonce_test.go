@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/connect-eos/connect-eos/txnstate"
 )
@@ -21,23 +21,9 @@ import (
 // run exits 0 with the epoch still PREPARED, and the transaction holds
 // read_committed readers of its partitions back until its timeout.
 func TestStartStoppedAtOnceResolvesInDoubt(t *testing.T) {
-	for _, tv := range []struct {
-		name string
-		opts []kfake.Opt
-	}{
-		{"tv2", nil},
-		{"tv0", []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}},
-	} {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
-			c := newCluster(t, tv.opts...)
-			res := newResources()
-			yaml := baseYAML(c.ListenAddrs(), "app", "")
-			a := newTestOutput(t, res, yaml)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := a.WriteBatch(ctx, batchOf("first", 3)); err != nil {
-				t.Fatal(err)
-			}
+			c, res, yaml, a, ctx := afterOneEpoch(t, tv.opts)
 			a.hooks = crashAt(stepPrepared, 2)
 			if err := a.WriteBatch(ctx, batchOf("crashed", 4)); err == nil {
 				t.Fatal("the crashed epoch's batch was acked")
@@ -116,23 +102,9 @@ func TestStartStoppedAtOnceBounded(t *testing.T) {
 // timeout. Here the later instance is played by an InitProducerID of slot 0's
 // transactional id once the start initialised every slot.
 func TestStartSupersededStopsFenced(t *testing.T) {
-	for _, tv := range []struct {
-		name string
-		opts []kfake.Opt
-	}{
-		{"tv2", nil},
-		{"tv0", []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}},
-	} {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
-			c := newCluster(t, tv.opts...)
-			res := newResources()
-			yaml := baseYAML(c.ListenAddrs(), "app", "")
-			a := newTestOutput(t, res, yaml)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := a.WriteBatch(ctx, batchOf("first", 3)); err != nil {
-				t.Fatal(err)
-			}
+			c, res, yaml, _, ctx := afterOneEpoch(t, tv.opts)
 			b := newUnconnected(t, res, yaml)
 			b.hooks = &testHooks{afterSlots: func() {
 				rival, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(txnstate.SlotID("app", 0)))
@@ -161,4 +133,22 @@ func TestStartSupersededStopsFenced(t *testing.T) {
 			t.Logf("the start stopped: %v", err)
 		})
 	}
+}
+
+// afterOneEpoch connects an output (transactional id "app") to a fresh kfake
+// cluster and commits one epoch through it: the predecessor a start test's
+// second instance follows, on the same resources and config. ctx bounds the
+// test (30 s).
+func afterOneEpoch(t *testing.T, opts []kfake.Opt) (c *kfake.Cluster, res *service.Resources, yaml string, a *output, ctx context.Context) {
+	t.Helper()
+	c = newCluster(t, opts...)
+	res = newResources()
+	yaml = baseYAML(c.ListenAddrs(), "app", "")
+	a = newTestOutput(t, res, yaml)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if err := a.WriteBatch(ctx, batchOf("first", 3)); err != nil {
+		t.Fatal(err)
+	}
+	return c, res, yaml, a, ctx
 }

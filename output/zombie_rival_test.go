@@ -43,7 +43,7 @@ func rivalStart(b *output) (pos int64, next uint64) {
 // a@6 may be written. On the original code B loaded the positions it had
 // read before A's commit (a@2) and wrote a@3..5 a second time.
 func TestZombieCommitsWhileRivalStarts(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		for _, cache := range []string{"kafka_state", "shared"} {
 			for _, full := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/%s/full=%v", tv.name, cache, full), func(t *testing.T) {
@@ -133,7 +133,7 @@ func testZombieCommitsWhileRivalStarts(t *testing.T, brokers []string, res func(
 // "epoch 2" with a raw EndTxn(commit) that committed epoch 4's records, and
 // wrote a@9..11 again. Under version 2 the epochs differ: both versions run.
 func TestZombieLaterEpochOpenAtRivalObserve(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			c := newCluster(t, tv.opts...)
 			brokers := c.ListenAddrs()
@@ -197,7 +197,7 @@ func TestZombieLaterEpochOpenAtRivalObserve(t *testing.T) {
 // leaves every message once. Without the second look after the fence B kept
 // its decision, loaded a@2 and wrote a@3..5 again.
 func TestZombieCommitsAbortedOpenBeforeFence(t *testing.T) {
-	c := newCluster(t, dedupeTVs[1].opts...) // TV0: an open epoch is aborted
+	c := newCluster(t, kfakeTVs[1].opts...) // TV0: an open epoch is aborted
 	brokers := c.ListenAddrs()
 	res := newResources()
 	_, restore := catchFatal(t)
@@ -260,7 +260,7 @@ func TestZombieCommitsAbortedOpenBeforeFence(t *testing.T) {
 // COMMITTED" over epoch 4's PREPARE before its fence, loaded a@8 and wrote
 // a@9..11 again.
 func TestZombieLaterEpochPreparedAtRivalDecision(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		for _, cache := range []string{"kafka_state", "shared"} {
 			t.Run(tv.name+"/"+cache, func(t *testing.T) {
 				c := newCluster(t, tv.opts...)

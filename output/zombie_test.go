@@ -43,7 +43,7 @@ func readSlotFresh(t *testing.T, brokers []string, stateTopic, txnID string, n i
 // A's epoch (aborted) and never saw B's commit (in dedupe mode its positions
 // were lost, a duplicate on the next replay).
 func TestStalledZombieKfake(t *testing.T) {
-	for _, tv := range dedupeTVs {
+	for _, tv := range kfakeTVs {
 		t.Run(tv.name, func(t *testing.T) {
 			c := newCluster(t, tv.opts...)
 			testStalledZombieInProcess(t, c.ListenAddrs(), testTopic, "zombie", "zombie-state")
