@@ -247,6 +247,10 @@ func TestClassifySeparatesDefects(t *testing.T) {
 		// to read whose recovery never ran.
 		{Result{Plan: Plan{Mode: ModePlain}, Stats: Stats{FatalExits: 1}},
 			"transactions left open on the output after every instance stopped: [out/2: producer 5732183019233151617, 100 records from offset 387]", "start-cut-short"},
+		// Seed 1458363239458492436, FAIL(new) in a sweep: a slow
+		// cache set of epoch 4's COMMITTED landed over epoch 6's PREPARE.
+		{Result{Plan: Plan{Mode: ModeDedupe, CacheFaults: []CacheFault{{Op: "set", At: 13, Count: 2, Slow: 1547 * time.Millisecond}, {Op: "set", At: 22, Count: 3}}}, Stats: Stats{Crashes: 1}},
+			"duplicated in an end-to-end mode: 100 records, e.g. [r500 x2 r501 x2]", "late-write-regress"},
 		// Seed 4886304739810381260, FAIL(new) in a sweep: nine Produce
 		// requests in a row refused NOT_LEADER_FOR_PARTITION, 5s each.
 		{Result{Plan: Plan{Mode: ModeDedupe, Faults: refusedProduce}, Stats: Stats{KfakeFence: 3, FatalExits: 3}},

@@ -225,6 +225,29 @@ var Defects = []Defect{
 		},
 	},
 	{
+		Name: "late-write-regress",
+		What: "kafka_eos dedupe mode, a state cache whose writes can land late: a slot's COMMITTED write of epoch 4 " +
+			"timed out twice on a slow cache and was retried until it landed; the slot then carried epoch 6, whose " +
+			"PREPARE (with its positions) was written, and epoch 6 committed. The two timed-out writes of epoch 4's " +
+			"COMMITTED then landed over that PREPARE (the same owner's token, so a fencing cache takes them), and the " +
+			"instance crashed before epoch 6's COMMITTED and positions were written: the next start saw epoch 4 " +
+			"committed on the slot, epoch 6 nowhere, loaded the positions before it and wrote epoch 6's records " +
+			"again from the source's replay (seed 1458363239458492436, TV0, cache-set faults slow 1.5s x2 and " +
+			"failing x3; 1 of 4 replays). Not fixed yet",
+		Match: func(r Result, f string) bool {
+			p := r.Plan
+			if p.Mode != ModeDedupe || !strings.HasPrefix(f, "duplicated in an end-to-end mode") {
+				return false
+			}
+			for _, c := range p.CacheFaults {
+				if c.Op == "set" && c.Slow > 0 {
+					return true
+				}
+			}
+			return false
+		},
+	},
+	{
 		Name: "dedupe-stop-acks",
 		What: "kafka_eos dedupe mode: once the output stopped (fenced, in doubt), a batch redelivered during " +
 			"the drain is acknowledged as a duplicate of positions its aborted epoch had admitted",
