@@ -213,8 +213,12 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	err = o.store.writeSlot(pctx, ep.slot.n, rec)
 	pcancel()
 	if err != nil {
-		// The write may have landed: record the abort before reusing
-		// the slot.
+		// The write may have landed, or may land late, after a later
+		// write of the slot: record the abort before reusing the slot,
+		// and give the slot a new producer epoch (as after a failed
+		// COMMITTED write, below) so that its later writes carry a
+		// higher token.
+		ep.slot.broken = true
 		o.abortEpoch(ctx, ep, fmt.Errorf("prepare: %w", err), true, rec)
 		return
 	}
@@ -298,6 +302,17 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	o.mu.Unlock()
 	if err != nil {
 		o.log.Warnf("kafka_eos: epoch %d committed, writing COMMITTED failed (retrying before %q carries another epoch): %v", ep.n, ep.slot.id, err)
+		// The failed write may still land, after a later write of the
+		// slot (a cache that applies a timed-out write late). Under
+		// transaction version 0 the slot's token does not change
+		// between its transactions, and a fencing cache would take it:
+		// the slot's record would go back to this epoch over a later
+		// one's. So the slot gets a new producer epoch before its next
+		// epoch (rewarm, below): every later write of the slot carries
+		// a higher token, and the late one is refused.
+		o.mu.Lock()
+		ep.slot.broken = true
+		o.mu.Unlock()
 		if !o.writeRetry(ctx, ep.slot.n, committed) {
 			return
 		}
@@ -308,8 +323,9 @@ func (o *output) commitEpoch(ctx context.Context, ep *epoch) {
 	o.m.buffered.Set(o.bufferedBytes())
 	var checked *txnstate.Observation
 	if ep.slot.broken {
-		// The client is spent (an in-doubt commit, offsets only):
-		// before a new one takes the id, is it still ours?
+		// The client is spent (an in-doubt commit, offsets only) or
+		// the slot needs a new producer epoch (a failed write of its
+		// record): before a new client takes the id, is it still ours?
 		var rerr error
 		if checked, rerr = o.rivalAfterCommit(ctx, ep, rec); rerr != nil {
 			o.zombie(ep.slot, rerr)
@@ -353,6 +369,12 @@ func (o *output) writeRetry(ctx context.Context, n int, r txnstate.Record) bool 
 		if err == nil {
 			return true
 		}
+		// A failed attempt may land late, after a later write of the
+		// slot: the slot gets a new producer epoch before its next
+		// epoch, so that a fencing cache refuses it then.
+		o.mu.Lock()
+		o.slots[n].broken = true
+		o.mu.Unlock()
 		if errors.Is(err, statecache.ErrFenced) {
 			o.zombie(o.slots[n], err)
 			return false

@@ -233,7 +233,8 @@ var Defects = []Defect{
 			"instance crashed before epoch 6's COMMITTED and positions were written: the next start saw epoch 4 " +
 			"committed on the slot, epoch 6 nowhere, loaded the positions before it and wrote epoch 6's records " +
 			"again from the source's replay (seed 1458363239458492436, TV0, cache-set faults slow 1.5s x2 and " +
-			"failing x3; 1 of 4 replays). Not fixed yet",
+			"failing x3; 1 of 4 replays). Fixed: a slot whose record write failed (outcome unknown) gets a new " +
+			"producer epoch before its next epoch, so its later writes carry a higher token and the late one is refused",
 		Match: func(r Result, f string) bool {
 			p := r.Plan
 			if p.Mode != ModeDedupe || !strings.HasPrefix(f, "duplicated in an end-to-end mode") {

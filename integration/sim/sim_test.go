@@ -64,7 +64,7 @@ var regressionSeeds = []uint64{
 	6751914236821000242, // produce-refresh-wait: k2k TV0, two zombies, ten Produce answers NOT_LEADER_FOR_PARTITION at 5 s each; two kfake timeout fences, and the 45 s bound ran out after the copy was over, on the woken zombie's fatal stop (FAIL(offsets-only-abort,retention-hang) in a sweep; 2 of 2 replays hung at a 30 s bound before the fix; 0 of 6 on it, in 4.1-7.4 s instead of 23.5-44.9 s)
 	6936658676135035244, // start-cut-short: plain TV2, a fatal EndTxn fault stopped the rival in doubt with its epoch open; the start after it had nothing left to read, Benthos cancelled its Connect and recovery never ran, so the transaction stayed open until its timeout (FAIL(zombie-rewarm) in a sweep; 0 of 3 replays failed on that tree; pinned by output TestStartStoppedAtOnceResolvesInDoubt)
 	4798705213195344238, // zombie-rewarm in a start: plain-kafka TV0, an instance frozen during its start between its slots' InitProducerIDs while its rival ran to the end; it woke with slot 0 fenced and slot 1 initialised after the rival, wrote an epoch on slot 1 and stopped on slot 0's fence with that transaction open (FAIL(plain-zombie-commit,zombie-rewarm) in a sweep; 0 of 2 replays failed on that tree; pinned by output TestStartSupersededStopsFenced)
-	1458363239458492436, // late-write-regress: dedupe TV0, two timed-out COMMITTED writes of epoch 4 on a slow cache set landed over the slot's PREPARE of epoch 6, which had committed; a crash before its COMMITTED, and the next start wrote epoch 6's 100 records again (FAIL(new) in a sweep; 1 of 4 replays failed)
+	1458363239458492436, // late-write-regress: dedupe TV0, two timed-out COMMITTED writes of epoch 4 on a slow cache set landed over the slot's PREPARE of epoch 6, which had committed; a crash before its COMMITTED, and the next start wrote epoch 6's 100 records again (FAIL(new) in a sweep; 1 of 4 replays failed before the fix, 0 of 8 on it; pinned by output TestLateSlotWriteRefused)
 	4802122590208396173, // plain-stale-abort-stop: plain-kafka-members TV2, a slow cache set: epoch 4's PREPARE timed out and landed, epoch 5 committed in doubt; every start stopped on "epoch 5 committed after epoch 4 aborted" (FAIL(new) hang in a sweep; 3 of 4 replays hung before the fix, 0 of 4 on it)
 }
 
@@ -72,9 +72,7 @@ var regressionSeeds = []uint64{
 // (Defects, known.go): the fixed set skips them (saying so) until the
 // defect is fixed, then they come out of this list. Each names the defect it
 // fails on (the first one, when several).
-var knownFailures = map[uint64]string{
-	1458363239458492436: "late-write-regress",
-}
+var knownFailures = map[uint64]string{}
 
 // TestSimulate runs the simulation: the fixed seeds by default, or
 //
