@@ -659,8 +659,19 @@ func (o *output) abortEpoch(ctx context.Context, ep *epoch, cause error, prepare
 		// ABORTED is durable before the nack: if the abort above did
 		// not reach the broker and we crash now, a PREPARED record would
 		// let a later start resume-commit batches already nacked.
+		wasBroken := s.broken
 		if !o.writeRetry(ctx, s.n, rec[0].WithState(txnstate.Aborted, cause.Error())) {
 			return
+		}
+		if !wasBroken && s.broken && checked == nil && bknown && !isFenceErr(err) {
+			// The ABORTED write failed before it landed, and the slot
+			// gets a new client below (writeRetry): the rival check
+			// runs first, as above.
+			var rerr error
+			if checked, rerr = o.rivalAfterAbort(ctx, ep, bpid, bepoch, cause); rerr != nil {
+				o.zombie(s, rerr)
+				return
+			}
 		}
 	}
 	o.m.epochAborted()
