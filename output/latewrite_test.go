@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/connect-eos/connect-eos/statecache"
 	"github.com/connect-eos/connect-eos/txnstate"
@@ -24,9 +25,10 @@ type lateCache struct {
 	mu     sync.Mutex
 	vals   map[string][]byte
 	tokens map[string]uint64
-	// hold, while set, picks the next write to keep back.
-	hold func(key string, value []byte) bool
-	held []lateWrite
+	// holds pick the writes to keep back: a write that one of them
+	// picks is kept, and that one is used up.
+	holds []func(key string, value []byte) bool
+	held  []lateWrite
 }
 
 type lateWrite struct {
@@ -103,10 +105,12 @@ func (c *lateCache) Set(ctx context.Context, key string, value []byte, _ *time.D
 	w := lateWrite{key: key, value: append([]byte(nil), value...), token: statecache.FenceOf(ctx)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.hold != nil && c.hold(key, value) {
-		c.hold = nil
-		c.held = append(c.held, w)
-		return fmt.Errorf("set %s: %w", key, context.DeadlineExceeded)
+	for i, h := range c.holds {
+		if h(key, value) {
+			c.holds = append(c.holds[:i], c.holds[i+1:]...)
+			c.held = append(c.held, w)
+			return fmt.Errorf("set %s: %w", key, context.DeadlineExceeded)
+		}
 	}
 	return c.apply(w)
 }
@@ -134,13 +138,13 @@ func (c *lateCache) Close(context.Context) error { return nil }
 func (c *lateCache) holdNext(key string, st txnstate.State) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.hold = func(k string, v []byte) bool {
+	c.holds = append(c.holds, func(k string, v []byte) bool {
 		if k != key {
 			return false
 		}
 		r, err := txnstate.Decode(v)
 		return err == nil && r.State == st
-	}
+	})
 }
 
 // land applies the writes held back, in order, and returns what the fence
@@ -173,46 +177,55 @@ func (c *lateCache) heldCount() int {
 // higher token and the late write is refused.
 func TestLateSlotWriteRefused(t *testing.T) {
 	for _, tv := range kfakeTVs {
-		t.Run(tv.name, func(t *testing.T) {
-			c := newCluster(t, tv.opts...)
-			res, lc := lateResources(t)
-			a := newTestOutput(t, res, baseYAML(c.ListenAddrs(), "app", ""))
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := a.WriteBatch(ctx, batchOf("first", 3)); err != nil {
-				t.Fatal(err)
-			}
-			s := nextSlot(a)
-			key := "app/slot/" + fmt.Sprint(s.n)
-			lc.holdNext(key, txnstate.Committed)
-			if err := a.WriteBatch(ctx, batchOf("held", 3)); err != nil {
-				t.Fatal(err)
-			}
-			held, ok := slotRecord(t, a, s.n)
-			if !ok || lc.heldCount() != 1 {
-				t.Fatalf("the COMMITTED write was not held (held %d, record %+v)", lc.heldCount(), held)
-			}
-			// Epochs until the slot carried a later one, committed.
-			for i := 0; ; i++ {
-				if i == 10 {
-					t.Fatal("the slot carried no later epoch in 10 batches")
-				}
-				if err := a.WriteBatch(ctx, batchOf(fmt.Sprintf("later%d", i), 3)); err != nil {
-					t.Fatal(err)
-				}
-				if r, ok := slotRecord(t, a, s.n); ok && r.Epoch > held.Epoch && r.State == txnstate.Committed {
-					break
-				}
-			}
-			before, _ := slotRecord(t, a, s.n)
-			errs := lc.land()
-			after, _ := slotRecord(t, a, s.n)
-			if after.Epoch != before.Epoch || after.State != before.State {
-				t.Fatalf("the late write of epoch %d's COMMITTED (token %v) put slot %d back from epoch %d %s to epoch %d %s", held.Epoch, errs, s.n, before.Epoch, before.State, after.Epoch, after.State)
-			}
-			if len(errs) != 1 || errs[0] == nil || !strings.Contains(errs[0].Error(), "refused") {
-				t.Fatalf("the late write was not refused: %v", errs)
-			}
-		})
+		for _, st := range []txnstate.State{txnstate.Committed, txnstate.Prepared} {
+			t.Run(tv.name+"/"+string(st), func(t *testing.T) { testLateSlotWrite(t, tv.opts, st) })
+		}
+	}
+}
+
+// testLateSlotWrite holds the next write of a record in state st to the slot
+// of the next epoch, writes until that slot committed a later epoch, then
+// lands the held write.
+func testLateSlotWrite(t *testing.T, opts []kfake.Opt, st txnstate.State) {
+	c := newCluster(t, opts...)
+	res, lc := lateResources(t)
+	a := newTestOutput(t, res, baseYAML(c.ListenAddrs(), "app", ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.WriteBatch(ctx, batchOf("first", 3)); err != nil {
+		t.Fatal(err)
+	}
+	s := nextSlot(a)
+	key := "app/slot/" + fmt.Sprint(s.n)
+	lc.holdNext(key, st)
+	// A held COMMITTED is retried until it lands and the batch is acked;
+	// a held PREPARE aborts the epoch (ABORTED written) and nacks it.
+	if err := a.WriteBatch(ctx, batchOf("held", 3)); (err != nil) != (st == txnstate.Prepared) {
+		t.Fatalf("the batch whose %s write was held: %v", st, err)
+	}
+	held, ok := slotRecord(t, a, s.n)
+	if !ok || lc.heldCount() != 1 {
+		t.Fatalf("the %s write was not held (held %d, record %+v)", st, lc.heldCount(), held)
+	}
+	// Epochs until the slot carried a later one, committed.
+	for i := 0; ; i++ {
+		if i == 10 {
+			t.Fatal("the slot carried no later epoch in 10 batches")
+		}
+		if err := a.WriteBatch(ctx, batchOf(fmt.Sprintf("later%d", i), 3)); err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := slotRecord(t, a, s.n); ok && r.Epoch > held.Epoch && r.State == txnstate.Committed {
+			break
+		}
+	}
+	before, _ := slotRecord(t, a, s.n)
+	errs := lc.land()
+	after, _ := slotRecord(t, a, s.n)
+	if after.Epoch != before.Epoch || after.State != before.State {
+		t.Fatalf("the late write of epoch %d's %s (%v) put slot %d back from epoch %d %s to epoch %d %s", held.Epoch, st, errs, s.n, before.Epoch, before.State, after.Epoch, after.State)
+	}
+	if len(errs) != 1 || errs[0] == nil || !strings.Contains(errs[0].Error(), "refused") {
+		t.Fatalf("the late write was not refused: %v", errs)
 	}
 }
