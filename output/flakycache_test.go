@@ -22,26 +22,7 @@ type flakyCache struct {
 	failed atomic.Int64
 }
 
-var (
-	flakyMu     sync.Mutex
-	flakyByName = map[string]*flakyCache{}
-)
-
-func init() {
-	spec := service.NewConfigSpec().Field(service.NewStringField("name"))
-	err := service.RegisterCache("eos_test_flaky", spec, func(conf *service.ParsedConfig, _ *service.Resources) (service.Cache, error) {
-		name, err := conf.FieldString("name")
-		if err != nil {
-			return nil, err
-		}
-		flakyMu.Lock()
-		defer flakyMu.Unlock()
-		return flakyByName[name], nil
-	})
-	if err != nil {
-		panic(err)
-	}
-}
+func init() { registerTestCache("eos_test_flaky") }
 
 var errCacheDown = errors.New("test cache down")
 
@@ -90,22 +71,5 @@ func (f *flakyCache) Close(context.Context) error { return nil }
 func flakyResources(t testing.TB) (*service.Resources, *flakyCache) {
 	t.Helper()
 	f := &flakyCache{vals: map[string][]byte{}}
-	flakyMu.Lock()
-	flakyByName[t.Name()] = f
-	flakyMu.Unlock()
-	rb := service.NewResourceBuilder()
-	if err := rb.AddCacheYAML("label: state\neos_test_flaky:\n  name: " + t.Name() + "\n"); err != nil {
-		t.Fatal(err)
-	}
-	res, closeFn, err := rb.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = closeFn(context.Background())
-		flakyMu.Lock()
-		delete(flakyByName, t.Name())
-		flakyMu.Unlock()
-	})
-	return res, f
+	return testCacheResources(t, "eos_test_flaky", f), f
 }

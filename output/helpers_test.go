@@ -389,3 +389,54 @@ var kfakeTVs = []struct {
 	name string
 	opts []kfake.Opt
 }{{"tv2", nil}, {"tv0", []kfake.Opt{kfake.MaxVersions(kversion.V3_9_0())}}}
+
+// testCaches holds the cache instance each test made for a test cache
+// plugin (registerTestCache): Benthos builds a cache from its config, so
+// the plugin finds the instance by the test's name in that config.
+var (
+	testCachesMu sync.Mutex
+	testCaches   = map[string]service.Cache{}
+)
+
+// registerTestCache registers the cache plugin name, whose config names the
+// test whose instance (testCacheResources) it returns.
+func registerTestCache(plugin string) {
+	spec := service.NewConfigSpec().Field(service.NewStringField("name"))
+	err := service.RegisterCache(plugin, spec, func(conf *service.ParsedConfig, _ *service.Resources) (service.Cache, error) {
+		name, err := conf.FieldString("name")
+		if err != nil {
+			return nil, err
+		}
+		testCachesMu.Lock()
+		defer testCachesMu.Unlock()
+		return testCaches[plugin+"/"+name], nil
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// testCacheResources builds resources whose cache "state" is c, through
+// the test cache plugin (registerTestCache).
+func testCacheResources(t testing.TB, plugin string, c service.Cache) *service.Resources {
+	t.Helper()
+	key := plugin + "/" + t.Name()
+	testCachesMu.Lock()
+	testCaches[key] = c
+	testCachesMu.Unlock()
+	rb := service.NewResourceBuilder()
+	if err := rb.AddCacheYAML("label: state\n" + plugin + ":\n  name: " + t.Name() + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, closeFn, err := rb.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = closeFn(context.Background())
+		testCachesMu.Lock()
+		delete(testCaches, key)
+		testCachesMu.Unlock()
+	})
+	return res
+}

@@ -37,48 +37,12 @@ type lateWrite struct {
 	token uint64
 }
 
-var (
-	lateMu     sync.Mutex
-	lateByName = map[string]*lateCache{}
-)
-
-func init() {
-	spec := service.NewConfigSpec().Field(service.NewStringField("name"))
-	err := service.RegisterCache("eos_test_late", spec, func(conf *service.ParsedConfig, _ *service.Resources) (service.Cache, error) {
-		name, err := conf.FieldString("name")
-		if err != nil {
-			return nil, err
-		}
-		lateMu.Lock()
-		defer lateMu.Unlock()
-		return lateByName[name], nil
-	})
-	if err != nil {
-		panic(err)
-	}
-}
+func init() { registerTestCache("eos_test_late") }
 
 func lateResources(t testing.TB) (*service.Resources, *lateCache) {
 	t.Helper()
 	lc := &lateCache{vals: map[string][]byte{}, tokens: map[string]uint64{}}
-	lateMu.Lock()
-	lateByName[t.Name()] = lc
-	lateMu.Unlock()
-	rb := service.NewResourceBuilder()
-	if err := rb.AddCacheYAML("label: state\neos_test_late:\n  name: " + t.Name() + "\n"); err != nil {
-		t.Fatal(err)
-	}
-	res, closeFn, err := rb.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = closeFn(context.Background())
-		lateMu.Lock()
-		delete(lateByName, t.Name())
-		lateMu.Unlock()
-	})
-	return res, lc
+	return testCacheResources(t, "eos_test_late", lc), lc
 }
 
 func (c *lateCache) Get(_ context.Context, key string) ([]byte, error) {
