@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/connect-eos/connect-eos/internal/memlimit"
@@ -10,7 +8,10 @@ import (
 
 // applyMemoryLimit sets the Go memory limit derived from the config's byte
 // budgets (package internal/memlimit) when `run` parsed the config, unless
-// GOMEMLIMIT is set, and logs the limit chosen (or why none).
+// GOMEMLIMIT is set, and logs the limit chosen (or why none). With a limit
+// from the input's budget it also sets GOGC to memlimit.GCPercent (400)
+// unless GOGC is set: the heap may then grow to the limit before the
+// collector runs, which is the budget the user chose for the process.
 //
 // A limit is derived only for a kafka_native input feeding a kafka_eos output
 // with no processor, no buffer and no output batching: the input's
@@ -22,8 +23,6 @@ import (
 // data would make the garbage collector run constantly. Streams mode gets none
 // either (each stream has its own budgets, and streams come and go).
 func applyMemoryLimit(pc *service.ParsedConfig, log *service.Logger) {
-	// The runtime reads an empty GOMEMLIMIT as unset.
-	env := os.Getenv("GOMEMLIMIT")
 	section := func(name string) any {
 		if !pc.Contains(name) {
 			return nil
@@ -32,7 +31,7 @@ func applyMemoryLimit(pc *service.ParsedConfig, log *service.Logger) {
 		return plainValue(v)
 	}
 	d := memlimit.Derive(section("input"), section("buffer"), section("pipeline"), section("output"))
-	msg := memlimit.Apply(d, env, env != "")
+	msg := memlimit.Apply(d, memlimit.OSEnv())
 	if log != nil {
 		log.Info(msg)
 	}

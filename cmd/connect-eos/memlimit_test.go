@@ -38,14 +38,20 @@ cache_resources:
 
 // TestMemoryLimitApplied: `run` sets the Go memory limit derived from
 // kafka_native's max_buffered_bytes and logs the value the runtime then
-// reports; a GOMEMLIMIT in the environment wins; a pipeline with processors
-// gets none, and says why.
+// reports, with GOGC 400; a GOMEMLIMIT or GOGC in the environment wins; a
+// pipeline with processors gets none, and says why.
 func TestMemoryLimitApplied(t *testing.T) {
 	t.Run("derived", func(t *testing.T) {
-		// An empty GOMEMLIMIT is unset, for the Go runtime as for the
-		// binary (and hides the test runner's own, if it has one).
-		p := startBinEnv(t, []string{"GOMEMLIMIT="}, "run", memLimitConfig(t, "512MiB", ""))
+		// An empty GOMEMLIMIT or GOGC is unset, for the Go runtime as for the
+		// binary (and hides the test runner's own, if it has any).
+		p := startBinEnv(t, []string{"GOMEMLIMIT=", "GOGC="}, "run", memLimitConfig(t, "512MiB", ""))
 		p.waitOutput(t, `Go memory limit: 603979776 bytes (576 MiB) from kafka_native's max_buffered_bytes (512 MiB) + 64 MiB`)
+		p.waitOutput(t, `; GOGC 400 (the heap may grow to five times its live data below the limit); GOMEMLIMIT and GOGC override them`)
+	})
+	t.Run("GOGC wins", func(t *testing.T) {
+		p := startBinEnv(t, []string{"GOMEMLIMIT=", "GOGC=150"}, "run", memLimitConfig(t, "512MiB", ""))
+		p.waitOutput(t, `Go memory limit: 603979776 bytes (576 MiB) from kafka_native's max_buffered_bytes (512 MiB) + 64 MiB`)
+		p.waitOutput(t, "; GOGC=150 from the environment, kept;")
 	})
 	t.Run("GOMEMLIMIT wins", func(t *testing.T) {
 		p := startBinEnv(t, []string{"GOMEMLIMIT=100MiB"}, "run", memLimitConfig(t, "512MiB", ""))

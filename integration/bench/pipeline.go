@@ -493,9 +493,9 @@ func runPipeline(ctx context.Context, kind string, o options) (result, error) {
 		if err != nil {
 			return result{}, err
 		}
-		env := os.Getenv("GOMEMLIMIT")
-		fmt.Fprintln(os.Stderr, memlimit.Apply(d, env, env != ""))
-		if d.Limit == 0 && env == "" {
+		env := memlimit.OSEnv()
+		fmt.Fprintln(os.Stderr, memlimit.Apply(d, env))
+		if d.Limit == 0 && env.GoMemLimit == "" {
 			return result{}, fmt.Errorf("the binary sets no memory limit for this pipeline: %s", d.Reason)
 		}
 		memLimit = debug.SetMemoryLimit(-1)

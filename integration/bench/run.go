@@ -566,8 +566,12 @@ func (b *bench) copyOne(ctx context.Context, name, topic string, size, round int
 	kind := map[string]string{cCopyRaw: "rawcopy", cCopyMsg: "copy_message", cCopyArrow: "copy_arrow", cCopySat: "copy_message"}[name]
 	co := o
 	co.copyTopic = fmt.Sprintf("bench-%s-%d-%d-%s", slug(name), size, round, b.stamp)
-	if name == cCopySat {
+	switch name {
+	case cCopySat:
 		co.maxInFlight, co.sample, co.binaryMemLimit = satCopyInFlight, true, true
+	case cCopyMsg, cCopyArrow:
+		// What connect-eos run sets for these pipelines.
+		co.binaryMemLimit = true
 	}
 	return withTopic(ctx, b.adm, co.copyTopic, o.partitions, func() (result, error) {
 		r, err := childRun(ctx, kind, co, topic, size, 0, o.copyInterval)

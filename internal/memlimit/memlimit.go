@@ -38,15 +38,22 @@
 // limit whatever the record sizes. Not with output batching, which makes
 // batches the input's caps do not size.
 //
+// A limit from the input's budget comes with GOGC GCPercent (400) unless the
+// user set GOGC: the heap may then grow to the limit, the memory the budget
+// gave the process, before the collector runs, and the collection work per
+// record falls. A limit from the batches in flight leaves GOGC at its
+// default: that bound can be far above the live data.
+//
 // Any other pipeline gets no limit, with the reason logged: its live data is
 // bounded by max_in_flight x the bytes of a batch, which no budget in the
 // config states, and a limit below it would make the collector run
 // constantly. A limit is at least MinLimit, and a GOMEMLIMIT in the
-// environment, "off" included, always wins.
+// environment, "off" included, always wins, as does a GOGC.
 package memlimit
 
 import (
 	"fmt"
+	"os"
 	"runtime/debug"
 	"sort"
 	"strconv"
@@ -94,10 +101,25 @@ const HeapPerRecord = 1600
 // the input and the output.
 const InFlightExtra = 10
 
+// GCPercent is the garbage collector's target (GOGC) set beside a limit
+// derived from the input's budget: the heap may grow to five times its live
+// data before a collection instead of twice, and never past the limit. The
+// collection work per record falls with it (about a quarter of the CPU of a
+// message-mode copy at GOGC 100: benchmarks.md, "Where the CPU goes"), and
+// the memory the process may take is the limit either way.
+const GCPercent = 400
+
 // Decision is the limit derived for a config (0: none) and why.
 type Decision struct {
 	Limit  int64
 	Reason string
+	// FromBudget: the limit is the input's max_buffered_bytes plus
+	// Headroom, the budget the user chose for the process, so the heap may
+	// grow up to it (Apply raises GOGC). A limit from the batches in
+	// flight is a bound that can be far above the live data (the input's
+	// budget binds first in most pipelines); there the collector's
+	// default keeps the heap near twice the live data.
+	FromBudget bool
 }
 
 // none is a Decision without a limit.
@@ -175,7 +197,7 @@ func Derive(input, buffer, pipeline, output any) Decision {
 			inFlight, InFlightExtra, mib(batchBytes), records, HeapPerRecord, mib(heap), mib(Headroom), mib(budget))}
 	}
 	limit := max(budget+Headroom, MinLimit)
-	return Decision{Limit: limit, Reason: fmt.Sprintf("kafka_native's max_buffered_bytes (%s) + %s, the input bounding everything kafka_eos holds (the batches in flight take at most %s on the heap)", mib(budget), mib(Headroom), mib(heap))}
+	return Decision{Limit: limit, FromBudget: true, Reason: fmt.Sprintf("kafka_native's max_buffered_bytes (%s) + %s, the input bounding everything kafka_eos holds (the batches in flight take at most %s on the heap)", mib(budget), mib(Headroom), mib(heap))}
 }
 
 // only returns the block of component name when section v is that component
@@ -251,17 +273,38 @@ func FromYAML(conf string) (Decision, error) {
 	return Derive(section("input"), section("buffer"), section("pipeline"), section("output")), nil
 }
 
+// Env is what the Go runtime read from the environment at start: GOMEMLIMIT
+// and GOGC, "" when unset (the runtime reads an empty value as unset).
+type Env struct {
+	GoMemLimit string
+	GOGC       string
+}
+
+// OSEnv reads Env from the process's environment.
+func OSEnv() Env {
+	return Env{GoMemLimit: os.Getenv("GOMEMLIMIT"), GOGC: os.Getenv("GOGC")}
+}
+
 // Apply sets d's limit as the Go runtime's memory limit unless the user set
-// GOMEMLIMIT (goMemLimit its value, set whether it is in the environment:
-// the runtime read it at start and it wins). It returns the line to log,
-// which names the limit the runtime then reports.
-func Apply(d Decision, goMemLimit string, set bool) string {
+// GOMEMLIMIT (the runtime read it at start and it wins), and, for a limit
+// from the input's budget, GCPercent as the collector's target unless the
+// user set GOGC. It returns the line to log, which names the limit the
+// runtime then reports.
+func Apply(d Decision, env Env) string {
 	switch {
-	case set:
-		return fmt.Sprintf("Go memory limit: GOMEMLIMIT=%s from the environment, kept (the runtime reports %d bytes)", goMemLimit, debug.SetMemoryLimit(-1))
+	case env.GoMemLimit != "":
+		return fmt.Sprintf("Go memory limit: GOMEMLIMIT=%s from the environment, kept (the runtime reports %d bytes)", env.GoMemLimit, debug.SetMemoryLimit(-1))
 	case d.Limit <= 0:
 		return fmt.Sprintf("Go memory limit: none set (%s); set GOMEMLIMIT to bound the heap", d.Reason)
 	}
 	debug.SetMemoryLimit(d.Limit)
-	return fmt.Sprintf("Go memory limit: %d bytes (%s) from %s; GOMEMLIMIT overrides it", debug.SetMemoryLimit(-1), mib(d.Limit), d.Reason)
+	gc := "GOGC left at its default"
+	switch {
+	case env.GOGC != "":
+		gc = "GOGC=" + env.GOGC + " from the environment, kept"
+	case d.FromBudget:
+		debug.SetGCPercent(GCPercent)
+		gc = fmt.Sprintf("GOGC %d (the heap may grow to five times its live data below the limit)", GCPercent)
+	}
+	return fmt.Sprintf("Go memory limit: %d bytes (%s) from %s; %s; GOMEMLIMIT and GOGC override them", debug.SetMemoryLimit(-1), mib(d.Limit), d.Reason, gc)
 }

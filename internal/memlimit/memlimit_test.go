@@ -78,22 +78,70 @@ func TestDerive(t *testing.T) {
 
 // TestApply: the runtime reports the derived limit after Apply, a
 // GOMEMLIMIT from the environment is kept, and no limit leaves the runtime's
-// as it was.
+// as it was. A limit from the input's budget raises the collector's target
+// to GCPercent unless GOGC is set; one from the batches in flight leaves it.
 func TestApply(t *testing.T) {
 	before := debug.SetMemoryLimit(-1)
-	t.Cleanup(func() { debug.SetMemoryLimit(before) })
-	debug.SetMemoryLimit(math.MaxInt64)
+	beforeGC := debug.SetGCPercent(100)
+	t.Cleanup(func() {
+		debug.SetMemoryLimit(before)
+		debug.SetGCPercent(beforeGC)
+	})
+	reset := func() {
+		debug.SetMemoryLimit(math.MaxInt64)
+		debug.SetGCPercent(100)
+	}
+	gcPercent := func() int {
+		p := debug.SetGCPercent(100)
+		debug.SetGCPercent(p)
+		return p
+	}
 
-	d := Decision{Limit: 320 << 20, Reason: "kafka_native's max_buffered_bytes (256 MiB) + 64 MiB"}
-	msg := Apply(d, "200MiB", true)
+	reset()
+	d := Decision{Limit: 320 << 20, Reason: "kafka_native's max_buffered_bytes (256 MiB) + 64 MiB", FromBudget: true}
+	msg := Apply(d, Env{GoMemLimit: "200MiB"})
 	require.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1), "a GOMEMLIMIT in the environment wins")
+	require.Equal(t, 100, gcPercent(), "GOGC is left alone without a derived limit")
 	require.Contains(t, msg, "GOMEMLIMIT=200MiB from the environment, kept")
 
-	msg = Apply(Decision{Reason: "the input is generate"}, "", false)
+	reset()
+	msg = Apply(Decision{Reason: "the input is generate"}, Env{})
 	require.Equal(t, int64(math.MaxInt64), debug.SetMemoryLimit(-1))
+	require.Equal(t, 100, gcPercent())
 	require.Contains(t, msg, "none set (the input is generate)")
 
-	msg = Apply(d, "", false)
+	reset()
+	msg = Apply(d, Env{})
 	require.Equal(t, int64(320<<20), debug.SetMemoryLimit(-1))
+	require.Equal(t, GCPercent, gcPercent(), "a limit from the budget raises GOGC")
 	require.Contains(t, msg, "Go memory limit: 335544320 bytes (320 MiB) from kafka_native's max_buffered_bytes (256 MiB) + 64 MiB")
+	require.Contains(t, msg, "; GOGC 400 (the heap may grow to five times its live data below the limit); GOMEMLIMIT and GOGC override them")
+
+	reset()
+	msg = Apply(d, Env{GOGC: "150"})
+	require.Equal(t, int64(320<<20), debug.SetMemoryLimit(-1))
+	require.Equal(t, 100, gcPercent(), "a GOGC in the environment wins (the runtime read it at start)")
+	require.Contains(t, msg, "GOGC=150 from the environment, kept")
+
+	reset()
+	inFlight := Decision{Limit: 1401 << 20, Reason: "the batches in flight as the heap holds them"}
+	msg = Apply(inFlight, Env{})
+	require.Equal(t, int64(1401<<20), debug.SetMemoryLimit(-1))
+	require.Equal(t, 100, gcPercent(), "a limit from the batches in flight leaves GOGC at its default")
+	require.Contains(t, msg, "GOGC left at its default")
+}
+
+// TestDeriveFromBudget: only a limit from the input's budget is marked so
+// (Apply raises GOGC for it).
+func TestDeriveFromBudget(t *testing.T) {
+	d, err := FromYAML(k2k("", "", ""))
+	require.NoError(t, err)
+	require.True(t, d.FromBudget, d.Reason)
+	d, err = FromYAML(k2k("", "", "    max_in_flight: 512"))
+	require.NoError(t, err)
+	require.NotZero(t, d.Limit)
+	require.False(t, d.FromBudget, d.Reason)
+	d, err = FromYAML(k2k("", "pipeline:\n  processors:\n    - mapping: root = this\n", ""))
+	require.NoError(t, err)
+	require.False(t, d.FromBudget, d.Reason)
 }
