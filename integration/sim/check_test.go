@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -320,4 +321,80 @@ func TestOnlyLimits(t *testing.T) {
 			t.Errorf("%s: OnlyLimits = true, want false", name)
 		}
 	}
+}
+
+// TestInputCheckFindsUnlandedFill runs the check of a filled input on a fill
+// that landed, and on two that did not land as the runner recorded it: a
+// transaction the filler took for committed was aborted (its records are
+// missing), and a record committed twice (a duplicate in the input). The
+// check must pass the first and name what is wrong in the others.
+func TestInputCheckFindsUnlandedFill(t *testing.T) {
+	p := Plan{Seed: 7, Mode: ModeK2K, Records: 120, Keys: 7, InPartitions: 2, OutPartitions: 1, ValueMin: 5, ValueMax: 40, AbortedTxns: 1, MaxInFlight: 1, InputBatch: 1}
+	newRunner := func(t *testing.T) *runner {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(p.InPartitions, inTopic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		r := &runner{p: p, c: c, addr: c.ListenAddrs()[0], offsetOf: map[int]int64{}}
+		if r.adm, err = harnessClient(r.addr, 2); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.adm.Close)
+		if err := r.fill(); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	produce := func(t *testing.T, r *runner, commit bool, recs ...*kgo.Record) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(r.addr), kgo.TransactionalID("planted"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(r *runner) error { return r.checkInput() }
+
+	t.Run("landed", func(t *testing.T) {
+		if err := check(newRunner(t)); err != nil {
+			t.Fatalf("a fill that landed was refused: %v", err)
+		}
+	})
+	t.Run("aborted", func(t *testing.T) {
+		r := newRunner(t)
+		// Records the runner takes for committed (offsetOf), in a
+		// transaction that was aborted.
+		var recs []*kgo.Record
+		for i := p.Records; i < p.Records+3; i++ {
+			recs = append(recs, &kgo.Record{Topic: inTopic, Partition: 1, Value: fmt.Appendf(nil, "r%d:", i)})
+		}
+		produce(t, r, false, recs...)
+		r.p.Records += 3
+		for i, rec := range recs {
+			r.offsetOf[p.Records+i] = rec.Offset
+		}
+		err := check(r)
+		if err == nil || !strings.Contains(err.Error(), "3 of 123 records are not committed") {
+			t.Fatalf("an aborted fill transaction was not named: %v", err)
+		}
+	})
+	t.Run("twice", func(t *testing.T) {
+		r := newRunner(t)
+		produce(t, r, true, &kgo.Record{Topic: inTopic, Partition: 0, Value: recordValue(p, 0)})
+		err := check(r)
+		if err == nil || !strings.Contains(err.Error(), "r0 at offset") {
+			t.Fatalf("a record committed twice was not named: %v", err)
+		}
+	})
 }
