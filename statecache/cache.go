@@ -666,6 +666,10 @@ func (c *Cache) load(ctx context.Context) error {
 		// record per batch (writeSem), this lets a record of exactly
 		// max.message.bytes through and leaves the check to write.
 		kgo.ProducerBatchMaxBytes(clampBatchBytes(meta.batchLimit()+5)),
+		// A write is one record and the next waits for it, so a
+		// linger (franz-go's default is 10 ms) would only delay every
+		// write by its length: two writes sit in every epoch's commit.
+		kgo.ProducerLinger(0),
 		// Reads: every partition from its start, uncommitted, with
 		// transaction markers, so transactions are resolved here (see
 		// the package doc for why not read_committed).

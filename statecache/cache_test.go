@@ -692,3 +692,19 @@ func TestLoadResumesAfterDeadline(t *testing.T) {
 		t.Fatalf("Len = %d, want %d", got, n)
 	}
 }
+
+// TestWritesDoNotLinger: a write is one record, and the next write waits for
+// it (writes are ordered), so a producer linger only delays every write by
+// its length: franz-go's default (10 ms) made every Set take 11 ms on kfake
+// (BenchmarkSet) and two of them sit in every epoch's commit. The cache's
+// producer sends at once, whatever the options the user passed.
+func TestWritesDoNotLinger(t *testing.T) {
+	be := newKfake(t)
+	topic := topicName(t)
+	be.createTopic(t, topic, 1, "cleanup.policy", "compact")
+	c := be.newCache(t, topic, func(cfg *Config) { cfg.Opts = append(cfg.Opts, kgo.ProducerLinger(50*time.Millisecond)) })
+	mustSet(t, c, "k", "v")
+	if got := c.cl.OptValue(kgo.ProducerLinger); got != time.Duration(0) {
+		t.Fatalf("the cache's producer lingers %v, want 0", got)
+	}
+}
