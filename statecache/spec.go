@@ -28,7 +28,7 @@ Every key is a record key and every value a record value of one compacted topic;
 
 ### What it promises
 
-- **Durable once a write returns.** Set, add and delete produce one record synchronously with `+"`acks=all`"+` on an idempotent producer (the franz-go defaults, which the cache relies on and does not override), and return only once the broker acknowledged it. Durable means what Kafka means: in the log of every in-sync replica, not fsynced. To survive the loss of a machine, use `+"`replication_factor: 3`"+` (or a broker default of 3) with `+"`min.insync.replicas=2`"+` on the topic.
+- **Durable once a write returns.** Set, add and delete produce one record synchronously with `+"`acks=all`"+` on an idempotent producer (the franz-go defaults, which the cache relies on and does not override), and return only once the broker acknowledged it. The record is sent at once: the producer does not linger (franz-go's default is 10 ms), since each write is one record and the next waits for it. Durable means what Kafka means: in the log of every in-sync replica, not fsynced. To survive the loss of a machine, use `+"`replication_factor: 3`"+` (or a broker default of 3) with `+"`min.insync.replicas=2`"+` on the topic.
 - **Read-your-writes within one process.** The in-memory copy changes only after the broker acknowledged a write.
 - **Last write per key wins**, by offset within the key's partition, which is what compaction keeps; unless the writes carry fence tokens (below), where the highest token wins.
 - **A restart sees every acknowledged write**: a new process reads the whole topic on first use. A process does not see another live process's later writes until it reads the topic again (Go callers: `+"`Refresh`"+`).
