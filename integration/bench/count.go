@@ -24,6 +24,86 @@ import (
 // about the time the broker takes to send it: the harness asserts with it
 // that every contender wrote, read or copied exactly the records it claims.
 func countRecords(ctx context.Context, cl *kgo.Client, topic string, upTo map[int32]int64) (map[int32]int64, error) {
+	return countInto(ctx, cl, topic, upTo, nil)
+}
+
+// countIndex keeps, per partition, the read_committed count of every record
+// batch of a topic from its log start to the last stable offset when it was
+// counted, so that a count below any bound inside that span is a lookup, not
+// a read of the topic again. The consume rows' topic changes only when it is
+// filled (which counts it anew): read back by eight readers and four copies,
+// its records were fetched a dozen times per size for the counts alone.
+type countIndex struct {
+	parts map[int32]*partIndex
+}
+
+type partIndex struct {
+	from, end int64 // the span indexed: [log start, last stable offset)
+	batches   []indexedBatch
+}
+
+// indexedBatch is one batch of the log: n is the records a read_committed
+// reader takes from it (0 for a marker and for an aborted transaction's
+// batch); dense says its records hold every offset of [base, last], so that a
+// bound inside it cuts it at bound-base records.
+type indexedBatch struct {
+	base, last, n int64
+	dense         bool
+}
+
+// countIndexed counts the whole topic (as countRecords with no bound) and
+// returns the index of what it read.
+func countIndexed(ctx context.Context, cl *kgo.Client, topic string) (map[int32]int64, *countIndex, error) {
+	idx := &countIndex{parts: map[int32]*partIndex{}}
+	counts, err := countInto(ctx, cl, topic, nil, idx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return counts, idx, nil
+}
+
+// below answers countRecords(topic, upTo) from the index; ok is false where it
+// cannot (a partition it does not hold, a bound outside its span, a bound
+// inside a batch that is not dense), and the caller reads the topic instead.
+func (x *countIndex) below(upTo map[int32]int64) (map[int32]int64, bool) {
+	if x == nil {
+		return nil, false
+	}
+	out := map[int32]int64{}
+	for p, pi := range x.parts {
+		end, bounded := upTo[p]
+		if !bounded {
+			end = pi.end
+		}
+		if end < pi.from || end > pi.end {
+			return nil, false
+		}
+		var n int64
+		for _, b := range pi.batches {
+			if b.base >= end {
+				break
+			}
+			switch {
+			case b.last < end:
+				n += b.n
+			case b.n == 0:
+			case !b.dense:
+				return nil, false
+			default:
+				n += end - b.base
+			}
+		}
+		out[p] = n
+	}
+	for p := range upTo {
+		if _, ok := x.parts[p]; !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+func countInto(ctx context.Context, cl *kgo.Client, topic string, upTo map[int32]int64, idx *countIndex) (map[int32]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	adm := kadm.NewClient(cl)
@@ -71,13 +151,20 @@ func countRecords(ctx context.Context, cl *kgo.Client, topic string, upTo map[in
 			end = b
 		}
 		spans[p] = span{from.Offset, end}
+		if idx != nil {
+			idx.parts[p] = &partIndex{from: from.Offset, end: end}
+		}
 	}
 	for p, pd := range td.Partitions {
 		sp := spans[p]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := countPartition(ctx, cl.Broker(int(pd.Leader)), topic, td.ID, p, sp.from, sp.end)
+			var pi *partIndex
+			if idx != nil {
+				pi = idx.parts[p]
+			}
+			n, err := countPartition(ctx, cl.Broker(int(pd.Leader)), topic, td.ID, p, sp.from, sp.end, pi)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
@@ -117,8 +204,9 @@ const (
 	attrControl       = 0x20
 )
 
-// countPartition counts the read_committed data records in [from, end).
-func countPartition(ctx context.Context, br *kgo.Broker, topic string, id [16]byte, p int32, from, end int64) (int64, error) {
+// countPartition counts the read_committed data records in [from, end), and
+// appends every batch read to pi (when not nil).
+func countPartition(ctx context.Context, br *kgo.Broker, topic string, id [16]byte, p int32, from, end int64, pi *partIndex) (int64, error) {
 	var n int64
 	off := from
 	// Producers whose aborted transaction is open at the current batch
@@ -180,6 +268,7 @@ func countPartition(ctx context.Context, br *kgo.Broker, topic string, id [16]by
 				abortedOpen[pending[0].ProducerID] = true
 				pending = pending[1:]
 			}
+			ib := indexedBatch{base: base, last: last}
 			switch {
 			case attrs&attrControl != 0:
 				if abortMarker(batch) {
@@ -193,6 +282,16 @@ func countPartition(ctx context.Context, br *kgo.Broker, topic string, id [16]by
 					return 0, err
 				}
 				n += c
+				ib.n = c
+				ib.dense = c == last-base+1
+			}
+			if pi != nil {
+				if base < off || last >= end {
+					// Cut by a bound: the index ends before it.
+					pi.end = min(pi.end, max(base, pi.from))
+				} else {
+					pi.batches = append(pi.batches, ib)
+				}
 			}
 			off = last + 1
 			progressed = true

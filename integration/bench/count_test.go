@@ -79,4 +79,46 @@ func TestCountRecords(t *testing.T) {
 	if got[0] != 7 || got[1] != 3 {
 		t.Fatalf("bounded counts %v, want 7 and 3", got)
 	}
+
+	// The index answers every bound as the fetch-based count does: both
+	// partitions, each offset of the span (markers, the aborted
+	// transaction and inside batches included).
+	all, idx, err := countIndexed(ctx, cl, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all[0] != 9 || all[1] != 7 {
+		t.Fatalf("indexed counts %v, want 9 and 7", all)
+	}
+	if got, ok := idx.below(nil); !ok || got[0] != 9 || got[1] != 7 {
+		t.Fatalf("index without bounds: %v %v, want 9 and 7", got, ok)
+	}
+	answered := 0
+	for b0 := int64(0); b0 <= 15; b0++ {
+		for b1 := int64(0); b1 <= 7; b1++ {
+			bounds := map[int32]int64{0: b0, 1: b1}
+			want, err := countRecords(ctx, cl, "t", bounds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := idx.below(bounds)
+			if !ok {
+				continue
+			}
+			answered++
+			if got[0] != want[0] || got[1] != want[1] {
+				t.Fatalf("bounds %v: the index says %v, the topic %v", bounds, got, want)
+			}
+		}
+	}
+	// Every bound is inside the span and every batch is dense.
+	if answered != 16*8 {
+		t.Fatalf("the index answered %d of %d bounds", answered, 16*8)
+	}
+	if _, ok := idx.below(map[int32]int64{0: 16, 1: 0}); ok {
+		t.Fatal("the index answered a bound past the last stable offset")
+	}
+	if _, ok := idx.below(map[int32]int64{2: 0}); ok {
+		t.Fatal("the index answered for a partition it does not hold")
+	}
 }
