@@ -31,8 +31,8 @@ func countRecords(ctx context.Context, cl *kgo.Client, topic string, upTo map[in
 // batch of a topic from its log start to the last stable offset when it was
 // counted, so that a count below any bound inside that span is a lookup, not
 // a read of the topic again. The consume rows' topic changes only when it is
-// filled (which counts it anew): read back by eight readers and four copies,
-// its records were fetched a dozen times per size for the counts alone.
+// filled (which counts it anew), and eight readers and four copies are checked
+// against it per size.
 type countIndex struct {
 	parts map[int32]*partIndex
 }

@@ -420,9 +420,9 @@ func (b *bench) consumeRows(ctx context.Context, size int) (*cell, *cell, error)
 						break
 					}
 					// Enough for 1.5 times the duration at the rate
-					// it read, at the rate the last fill wrote (with
-					// 1.3 a reader that ran faster the second time
-					// reached the end again).
+					// it read, at the rate the last fill wrote: a
+					// reader often reads faster on its second run,
+					// and each time it reaches the end costs a run.
 					want := res.RecordsPerSec() * o.duration.Seconds() * 1.5
 					d := time.Duration((want - float64(available)) / b.fillRate * float64(time.Second))
 					d = max(d, time.Second)
