@@ -92,10 +92,37 @@ func SpanOf(msg *service.Message) (Span, bool) {
 // known (the input learns where a batch ends once it cut it): they are made in
 // the context of WithSpanSlot, one for the whole batch, and the span is Set
 // before the batch is handed over. That is what WithSpan does without a
-// context and a copy of every message.
+// context and a copy of every message. It also carries the batch's Holder
+// (SetHolder), with or without a span.
 type SpanSlot struct {
 	span Span
 	set  bool
+	hold Holder
+}
+
+// Holder adds n bytes (n < 0: takes them back) to what a kafka_native input
+// counts against max_buffered_bytes for one batch it handed over, until the
+// batch is acknowledged. An output calls it for what it keeps for the batch's
+// messages while it has not acknowledged them (kafka_eos: a kgo.Record per
+// record), so that the input's budget bounds the heap they take together,
+// and takes the bytes back when it lets them go. Safe for concurrent use;
+// once the batch was acknowledged, or its partition revoked, a call does
+// nothing.
+type Holder func(n int64)
+
+// SetHolder sets the slot's Holder. Like Set, call it before the messages
+// reach anything that reads it.
+func (s *SpanSlot) SetHolder(h Holder) { s.hold = h }
+
+// HolderOf returns the Holder of the batch a message whose context is ctx
+// was read in, or nil (a message not read by a kafka_native input, or built
+// anew by a processor). The output reads it from msg.Context(): the messages
+// of one batch share one context, so one look-up serves a run of them.
+func HolderOf(ctx context.Context) Holder {
+	if v, ok := ctx.Value(spanKey{}).(*SpanSlot); ok {
+		return v.hold
+	}
+	return nil
 }
 
 // WithSpanSlot returns parent with a new, empty SpanSlot, and the slot. A

@@ -213,10 +213,10 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		held  int64         // what the batch takes on the heap (heldBytes)
 		last  int64         = -1
 		gone  bool          // the tracking is no longer id
-		// bctx is the context the batch's messages are made in: with
-		// commits, it holds the slot of the batch's span, which
-		// flush sets once the batch is cut (one context for the
-		// batch, not one per message).
+		// bctx is the context the batch's messages are made in: it
+		// holds the batch's slot, where flush sets the batch's
+		// Holder and, with commits, its span once the batch is cut
+		// (one context for the batch, not one per message).
 		bctx context.Context
 		slot *handover.SpanSlot
 	)
@@ -232,7 +232,8 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		}
 		emitted := int64(len(msgs))
 		if arrow && len(rows) > 0 {
-			msg, err := f.toArrowMessage(p, rows)
+			bctx, slot = handover.WithSpanSlot(context.Background())
+			msg, err := f.toArrowMessage(bctx, p, rows)
 			if err != nil {
 				f.onFail(err)
 				return false
@@ -253,17 +254,16 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 		}
 		if pending && sp != nil {
 			f.tr.update(p, func(ps *partState) { ps.emitted += emitted })
+			// What the output keeps for the batch's records counts
+			// against the budgets too, until the batch is acknowledged.
+			slot.SetHolder(func(n int64) { f.tr.hold(p, sp, n) })
 			if f.cfg.commits() {
 				s := handover.Span{Topic: p.Topic, Partition: p.Partition, From: sp.from, To: sp.to, Generation: -1}
 				if f.cfg.membership {
 					s.MemberID, s.Generation = f.cl.GroupMetadata()
 					s.Assignment = sp.owner.assignment
 				}
-				if slot != nil {
-					slot.Set(s)
-				} else {
-					handover.WithSpan(msgs, s) // the Arrow message
-				}
+				slot.Set(s)
 			}
 			if !f.send(ctx, readyBatch{msgs: msgs, tp: p, sp: sp}) {
 				return false
@@ -329,10 +329,7 @@ func (f *fetchLoop) process(ctx context.Context, p tp, id uint64, recs []*kgo.Re
 				// Sized for the batch this record starts, rather
 				// than grown to it by doubling.
 				msgs = make(service.MessageBatch, 0, batchCap(len(recs)-i, f.cfg.maxBatchRecords, f.cfg.maxBatchBytes, size))
-				bctx = context.Background()
-				if f.cfg.commits() {
-					bctx, slot = handover.WithSpanSlot(bctx)
-				}
+				bctx, slot = handover.WithSpanSlot(context.Background())
 			}
 			msgs = append(msgs, f.toMessage(bctx, r, &pm, boxes.of(i)))
 		}
@@ -408,14 +405,14 @@ func (f *fetchLoop) toMessage(ctx context.Context, r *kgo.Record, pm *partMeta, 
 // (kafkaarrow.Schema), with the partition and the offsets of its first and
 // last record in metadata. The body is a fresh slice: the encoder's scratch
 // buffers are reused by the next call, the body is not.
-func (f *fetchLoop) toArrowMessage(p tp, rows []*kgo.Record) (*service.Message, error) {
+func (f *fetchLoop) toArrowMessage(ctx context.Context, p tp, rows []*kgo.Record) (*service.Message, error) {
 	body, err := f.enc.AppendIPC(nil, rows)
 	if err != nil {
 		// Only ErrTooLarge: more than 2 GiB of keys, values or headers in
 		// one batch, which max_batch_bytes prevents for keys and values.
 		return nil, fmt.Errorf("encoding %d records of %s [%d, %d] as Arrow: %w (lower %s)", len(rows), p, rows[0].Offset, rows[len(rows)-1].Offset, err, knFieldMaxBatchBytes)
 	}
-	msg := service.NewMessage(body)
+	msg := service.NewMessageWithContext(ctx, body)
 	msg.MetaSetMut(metaTopic, p.Topic)
 	msg.MetaSetMut(metaPartition, int64(p.Partition))
 	msg.MetaSetMut(metaFirstOffset, rows[0].Offset)

@@ -333,6 +333,22 @@ func (t *tracker) rewind(p tp, to int64, now time.Time) {
 	t.notifyLocked()
 }
 
+// hold adds n to what s counts (max_buffered_bytes) until it is acknowledged:
+// what the output keeps for the batch's records (handover.Holder). Nothing
+// once s was acknowledged, or dropped with p's tracking or a rewind.
+func (t *tracker) hold(p tp, s *span, n int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s.acked || s.owner == nil {
+		return
+	}
+	if ps, ok := t.parts[p]; !ok || ps != s.owner {
+		return // from a revoked assignment
+	}
+	s.bytes += n
+	s.owner.unackedBytes += n
+}
+
 // ack marks s acknowledged and moves the partition's acked prefix.
 func (t *tracker) ack(p tp, s *span) {
 	t.mu.Lock()

@@ -414,6 +414,7 @@ func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) (er
 	defer t.give()
 	w := o.toRecords(batch) // one record per message or Arrow row; the unwritable fail
 	defer w.release()
+	defer holdInInput(w)() // the records count in kafka_native's budget until the call returns
 	w.turn = t
 	o.skipWritten(w) // replays of messages written beside a failed one
 	o.mode.read(w)   // spans, or keys and positions; what is held back

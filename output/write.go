@@ -1,9 +1,11 @@
 package output
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -674,4 +676,75 @@ func (o *output) toRecords(batch service.MessageBatch) *write {
 	}
 	w.recs, w.msgOf = recs, msgOf
 	return w
+}
+
+// recordHeap is what the output keeps on the heap for a record from
+// WriteBatch until the call returns, besides the message's bytes, which the
+// record references: the kgo.Record, the pointer to it and the index of its
+// message in the write, and franz-go's entry for it in its buffered batch.
+// Measured by TestInputBudgetBoundsOutputRecords: kafka_native's count with
+// it tracks the heap of a kafka_native -> kafka_eos pipeline holding its
+// records.
+const recordHeap = 280
+
+// holdInInput adds what w's records keep on the heap (recordHeap each, and
+// their keys and headers, which the output makes for them) to the budget of
+// the kafka_native batches their messages were read in (handover.Holder),
+// and returns the function that takes them back, called when WriteBatch
+// returns: from then on the output keeps nothing of the batch, and the input
+// releases the rest once the batch is acknowledged. Without it the input's
+// max_buffered_bytes would count the messages but not the records, and the
+// heap of a kafka_native -> kafka_eos pipeline would pass the budget.
+func holdInInput(w *write) (undo func()) {
+	type held struct {
+		h handover.Holder
+		n int64
+	}
+	var (
+		hs      []held
+		lastCtx context.Context
+		last    = -1 // index in hs of lastCtx's holder; -1: none
+	)
+	for i, r := range w.recs {
+		// The messages of a kafka_native batch share one context: one
+		// look-up for a run of them.
+		ctx := w.batch[w.msgOf[i]].Context()
+		if i == 0 || !sameContext(ctx, lastCtx) {
+			lastCtx, last = ctx, -1
+			if h := handover.HolderOf(ctx); h != nil {
+				last = len(hs)
+				hs = append(hs, held{h: h})
+			}
+		}
+		if last < 0 {
+			continue
+		}
+		n := int64(recordHeap + len(r.Key))
+		for _, h := range r.Headers {
+			n += int64(headerHeap + len(h.Key) + len(h.Value))
+		}
+		hs[last].n += n
+	}
+	for _, x := range hs {
+		x.h(x.n)
+	}
+	return func() {
+		for _, x := range hs {
+			x.h(-x.n)
+		}
+	}
+}
+
+// headerHeap is a record header's entry (kgo.RecordHeader) besides its key
+// and value.
+const headerHeap = 40
+
+// sameContext reports whether a and b are the same context value. A context
+// of a type that cannot be compared (== would panic) is never the same.
+func sameContext(a, b context.Context) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
 }
