@@ -274,7 +274,7 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Default(1<<20).
 				Advanced(),
 			kafkaconf.BytesField(knFieldMaxBufferedBytes).
-				Description("A partition is paused while the bytes it has handed to the pipeline and not yet had acknowledged exceed this bound, and resumed when they drop below it, so one slow or stuck batch cannot grow memory. Bytes are counted as what the records take on the heap: their keys, values and headers, plus 1000 bytes per record for the Benthos message and metadata around each (1320 when a `kafka_eos` output in mirror mode keeps each record with its message) and 144 per header (48 per row and 16 per header in `format: arrow`). Default 67108864 (64 MiB).").
+				Description("A partition is paused while the bytes it has handed to the pipeline and not yet had acknowledged exceed this bound, and resumed when they drop below it, so one slow or stuck batch cannot grow memory. Bytes are counted as what the records take on the heap: their keys, values and headers, plus 1000 bytes per record for the Benthos message and metadata around each (1320 when a `kafka_eos` output in mirror mode keeps each record with its message) and 144 per header (48 per row and 16 per header in `format: arrow`); a `kafka_eos` output adds what it keeps for each record (its own record, about 280 bytes, and the key and headers it made) while it holds the batch. Default 67108864 (64 MiB).").
 				Default(64<<20).
 				Advanced(),
 			kafkaconf.BytesField(knFieldMaxBufferedTotal).

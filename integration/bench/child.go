@@ -195,9 +195,6 @@ func childRun(ctx context.Context, kind string, o options, topic string, size, r
 		cmd.Env = append(os.Environ(), o.childEnv...)
 	}
 	cmd.WaitDelay = 10 * time.Second
-	if d := os.Getenv("BENCH_STDERR_DIR"); d != "" {
-		defer func() { os.WriteFile(filepath.Join(d, fmt.Sprintf("%s-%d-%s.err", kind, size, time.Now().Format("150405"))), stderr.Bytes(), 0o644) }()
-	}
 	if err := cmd.Run(); err != nil {
 		if err := runErr(ctx, kind, limit); err != nil {
 			return result{}, withOutput(err, stderr.String())

@@ -17,32 +17,28 @@
 //     the message around each record. Everything the pipeline holds came from
 //     it and is counted until acknowledged;
 //   - the output is one kafka_eos: its records reference the messages' bytes
-//     (no copy), and it acknowledges a batch once its epoch committed, so what
-//     it holds is what the input counts;
+//     (no copy), it adds what it keeps for them (a kgo.Record each) to the
+//     input's count while it holds them (handover.Holder), and it
+//     acknowledges a batch once its epoch committed, so what it holds is in
+//     what the input counts;
 //   - there is no buffer (a buffer acknowledges messages to the input before
 //     the output took them, so the input's count no longer bounds them) and no
 //     processor anywhere (a processor can create data the input never counted:
 //     a parsed JSON document is several times its bytes, split, unarchive and
-//     decompress make more of it, caches and branches hold copies).
+//     decompress make more of it, caches and branches hold copies);
+//   - there is no output batching (it makes batches that hold messages of
+//     several input batches; the count would still bound them, but a limit
+//     is derived only for the pipeline measured).
 //
-// The limit's size: the input counts a record as what it takes on the heap
-// (its key, value and headers, and about 1 KiB for the Benthos message around
-// it: input's TestBufferedBytesTrackHeap holds that count within a factor of
-// 1.5 of the heap measured), but not what the output adds per record while
-// its epoch is open (a kgo.Record and its share of the produce promise). So
-// the batches in flight bound the heap too: (max_in_flight + InFlightExtra)
-// x (max_batch_bytes + max_batch_records x HeapPerRecord), at the defaults
-// 74 x 2.5625 MiB = 189.6 MiB. The limit is the larger of the two bounds plus
-// Headroom: 320 MiB at the defaults, the batches in flight + 64 MiB where
-// they are larger than the budget, so that the live data stays below the
-// limit whatever the record sizes. Not with output batching, which makes
-// batches the input's caps do not size.
-//
-// A limit from the input's budget comes with GOGC GCPercent (400) unless the
-// user set GOGC: the heap may then grow to the limit, the memory the budget
-// gave the process, before the collector runs, and the collection work per
-// record falls. A limit from the batches in flight leaves GOGC at its
-// default: that bound can be far above the live data.
+// The input counts a record as what it takes on the heap (its key, value and
+// headers, about 1 KiB for the Benthos message around it, and the output's
+// record while the output holds it): output's
+// TestInputBudgetBoundsOutputRecords holds that count within 15 % of the heap
+// of a kafka_native -> kafka_eos pipeline holding its records. The limit is
+// the budget plus Headroom (320 MiB at the defaults), with GOGC GCPercent
+// (400) unless the user set GOGC: the heap may then grow to the limit, the
+// memory the budget gave the process, before the collector runs, and the
+// collection work per record falls.
 //
 // Any other pipeline gets no limit, with the reason logged: its live data is
 // bounded by max_in_flight x the bytes of a batch, which no budget in the
@@ -78,29 +74,6 @@ const MinLimit = 128 << 20
 // DefaultInputBudget is kafka_native's max_buffered_bytes default.
 const DefaultInputBudget = 256 << 20
 
-// Defaults of the fields the in-flight bound reads: kafka_native's
-// max_batch_records and max_batch_bytes, kafka_eos's max_in_flight.
-const (
-	DefaultMaxBatchRecords = 1024
-	DefaultMaxBatchBytes   = 1 << 20
-	DefaultMaxInFlight     = 64
-)
-
-// HeapPerRecord is what a record in flight takes on the heap besides its key
-// and value: the Benthos message and its metadata (input's
-// BenchmarkHeapPerRecord measured about 1,000 bytes on kfake with 100-byte
-// and 1 KiB values, no headers; the input counts 320 more for the consumer's
-// record a mirror-mode output keeps with it) and the output's kgo.Record for
-// it (160 bytes) with its share of the produce promise: about 256 bytes from
-// their sizes, not measured. The output's records reference the messages'
-// bytes.
-const HeapPerRecord = 1600
-
-// InFlightExtra is the batches besides max_in_flight that can be in flight:
-// the up to 8 more Benthos hands a Kafka-to-Kafka output, and those between
-// the input and the output.
-const InFlightExtra = 10
-
 // GCPercent is the garbage collector's target (GOGC) set beside a limit
 // derived from the input's budget: the heap may grow to five times its live
 // data before a collection instead of twice, and never past the limit. The
@@ -115,10 +88,8 @@ type Decision struct {
 	Reason string
 	// FromBudget: the limit is the input's max_buffered_bytes plus
 	// Headroom, the budget the user chose for the process, so the heap may
-	// grow up to it (Apply raises GOGC). A limit from the batches in
-	// flight is a bound that can be far above the live data (the input's
-	// budget binds first in most pipelines); there the collector's
-	// default keeps the heap near twice the live data.
+	// grow up to it (Apply raises GOGC). Every limit Derive returns is;
+	// Apply leaves GOGC alone for any other.
 	FromBudget bool
 }
 
@@ -163,41 +134,16 @@ func Derive(input, buffer, pipeline, output any) Decision {
 			}
 		}
 	}
-	field := func(block map[string]any, name string, def int64) (int64, error) {
-		v, ok := block[name]
-		if !ok || v == nil {
-			return def, nil
-		}
+	budget := int64(DefaultInputBudget)
+	if v, ok := in["max_buffered_bytes"]; ok && v != nil {
 		n, err := bytesValue(v)
 		if err != nil {
-			return 0, fmt.Errorf("field %s: %w", name, err)
+			return none("kafka_native's field max_buffered_bytes: %v", err)
 		}
-		return n, nil
-	}
-	budget, err := field(in, "max_buffered_bytes", DefaultInputBudget)
-	if err != nil {
-		return none("kafka_native's %v", err)
-	}
-	records, err := field(in, "max_batch_records", DefaultMaxBatchRecords)
-	if err != nil {
-		return none("kafka_native's %v", err)
-	}
-	batchBytes, err := field(in, "max_batch_bytes", DefaultMaxBatchBytes)
-	if err != nil {
-		return none("kafka_native's %v", err)
-	}
-	inFlight, err := field(out, "max_in_flight", DefaultMaxInFlight)
-	if err != nil {
-		return none("kafka_eos's %v", err)
-	}
-	heap := (inFlight + InFlightExtra) * (batchBytes + records*HeapPerRecord)
-	if heap > budget {
-		limit := max(heap+Headroom, MinLimit)
-		return Decision{Limit: limit, Reason: fmt.Sprintf("the batches in flight as the heap holds them, (max_in_flight %d + %d) x (max_batch_bytes %s + max_batch_records %d x %d bytes) = %s, + %s: above kafka_native's max_buffered_bytes (%s), which counts what the input's messages take on the heap but not the output's records",
-			inFlight, InFlightExtra, mib(batchBytes), records, HeapPerRecord, mib(heap), mib(Headroom), mib(budget))}
+		budget = n
 	}
 	limit := max(budget+Headroom, MinLimit)
-	return Decision{Limit: limit, FromBudget: true, Reason: fmt.Sprintf("kafka_native's max_buffered_bytes (%s) + %s, the input bounding everything kafka_eos holds (the batches in flight take at most %s on the heap)", mib(budget), mib(Headroom), mib(heap))}
+	return Decision{Limit: limit, FromBudget: true, Reason: fmt.Sprintf("kafka_native's max_buffered_bytes (%s) + %s, the input bounding everything kafka_eos holds (the messages, and the output's records for them while it holds them)", mib(budget), mib(Headroom))}
 }
 
 // only returns the block of component name when section v is that component

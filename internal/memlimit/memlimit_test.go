@@ -39,7 +39,7 @@ func TestDerive(t *testing.T) {
 		limit  int64
 		reason string // a part of the reason
 	}{
-		{"kafka_native to kafka_eos at the defaults", k2k("", "", ""), 320 * MiB, "kafka_native's max_buffered_bytes (256 MiB) + 64 MiB, the input bounding everything kafka_eos holds (the batches in flight take at most 198836224 bytes on the heap)"},
+		{"kafka_native to kafka_eos at the defaults", k2k("", "", ""), 320 * MiB, "kafka_native's max_buffered_bytes (256 MiB) + 64 MiB, the input bounding everything kafka_eos holds (the messages, and the output's records for them while it holds them)"},
 		{"a budget with a unit", k2k("    max_buffered_bytes: 1GiB", "", ""), 1088 * MiB, "max_buffered_bytes (1024 MiB) + 64 MiB"},
 		{"an integer budget", k2k("    max_buffered_bytes: 536870912", "", ""), 576 * MiB, "512 MiB"},
 		{"a budget in decimal units", k2k("    max_buffered_bytes: 400MB", "", ""), 400e6 + 64*MiB, "400000000 bytes"},
@@ -48,11 +48,11 @@ func TestDerive(t *testing.T) {
 		{"buffer none", k2k("    max_buffered_bytes: 1GiB", "buffer:\n  none: {}\n", ""), 1088 * MiB, "1024 MiB"},
 		{"an output label", k2k("    max_buffered_bytes: 1GiB", "", "  label: out"), 1088 * MiB, "1024 MiB"},
 
-		// The batches in flight bound the heap above the budget: the
-		// limit follows them, so that it is never below the live data.
-		{"a budget below the batches in flight", k2k("    max_buffered_bytes: 128MiB", "", ""), 74*(MiB+1024*1600) + 64*MiB, "(max_in_flight 64 + 10) x (max_batch_bytes 1 MiB + max_batch_records 1024 x 1600 bytes) = 198836224 bytes, + 64 MiB: above kafka_native's max_buffered_bytes (128 MiB)"},
-		{"a raised max_in_flight", k2k("", "", "    max_in_flight: 512"), 522*(MiB+1024*1600) + 64*MiB, "(max_in_flight 512 + 10)"},
-		{"larger batches", k2k("    max_batch_records: 4096\n    max_batch_bytes: 4MiB", "", ""), 74*(4*MiB+4096*1600) + 64*MiB, "max_batch_records 4096"},
+		// The input's budget bounds the output's records too: max_in_flight
+		// and the batch sizes do not raise the limit.
+		{"a budget below the batches in flight", k2k("    max_buffered_bytes: 128MiB", "", ""), 192 * MiB, "max_buffered_bytes (128 MiB) + 64 MiB"},
+		{"a raised max_in_flight", k2k("", "", "    max_in_flight: 512"), 320 * MiB, "max_buffered_bytes (256 MiB) + 64 MiB"},
+		{"larger batches", k2k("    max_batch_records: 4096\n    max_batch_bytes: 4MiB", "", ""), 320 * MiB, "max_buffered_bytes (256 MiB) + 64 MiB"},
 		{"small batches in flight, small budget", k2k("    max_buffered_bytes: 16MiB\n    max_batch_records: 100\n    max_batch_bytes: 64KiB", "", ""), MinLimit, "max_buffered_bytes (16 MiB)"},
 		{"output batching", k2k("", "", "    batching: { count: 10000 }"), 0, "output batching"},
 
@@ -79,7 +79,7 @@ func TestDerive(t *testing.T) {
 // TestApply: the runtime reports the derived limit after Apply, a
 // GOMEMLIMIT from the environment is kept, and no limit leaves the runtime's
 // as it was. A limit from the input's budget raises the collector's target
-// to GCPercent unless GOGC is set; one from the batches in flight leaves it.
+// to GCPercent unless GOGC is set; any other limit leaves it.
 func TestApply(t *testing.T) {
 	before := debug.SetMemoryLimit(-1)
 	beforeGC := debug.SetGCPercent(100)
@@ -124,23 +124,24 @@ func TestApply(t *testing.T) {
 	require.Contains(t, msg, "GOGC=150 from the environment, kept")
 
 	reset()
-	inFlight := Decision{Limit: 1401 << 20, Reason: "the batches in flight as the heap holds them"}
+	inFlight := Decision{Limit: 1401 << 20, Reason: "not from a budget"}
 	msg = Apply(inFlight, Env{})
 	require.Equal(t, int64(1401<<20), debug.SetMemoryLimit(-1))
-	require.Equal(t, 100, gcPercent(), "a limit from the batches in flight leaves GOGC at its default")
+	require.Equal(t, 100, gcPercent(), "a limit not from the budget leaves GOGC at its default")
 	require.Contains(t, msg, "GOGC left at its default")
 }
 
-// TestDeriveFromBudget: only a limit from the input's budget is marked so
-// (Apply raises GOGC for it).
+// TestDeriveFromBudget: every limit derived is the input's budget's, marked
+// so (Apply raises GOGC for it), a raised max_in_flight included; no limit is
+// not.
 func TestDeriveFromBudget(t *testing.T) {
 	d, err := FromYAML(k2k("", "", ""))
 	require.NoError(t, err)
 	require.True(t, d.FromBudget, d.Reason)
 	d, err = FromYAML(k2k("", "", "    max_in_flight: 512"))
 	require.NoError(t, err)
-	require.NotZero(t, d.Limit)
-	require.False(t, d.FromBudget, d.Reason)
+	require.Equal(t, int64(320<<20), d.Limit)
+	require.True(t, d.FromBudget, d.Reason)
 	d, err = FromYAML(k2k("", "pipeline:\n  processors:\n    - mapping: root = this\n", ""))
 	require.NoError(t, err)
 	require.False(t, d.FromBudget, d.Reason)
