@@ -101,3 +101,23 @@ func TestArrowMark(t *testing.T) {
 	assert.True(t, IsArrow(m.Copy()))
 	assert.False(t, IsArrow(service.NewMessage([]byte("x"))))
 }
+
+// HolderOf finds the Holder set on a batch's slot from any message made in
+// its context, an Arrow mark on top included, with or without a span; a
+// message of no slot has none.
+func TestHolderOf(t *testing.T) {
+	ctx, slot := WithSpanSlot(context.Background())
+	var held int64
+	slot.SetHolder(func(n int64) { held += n })
+	msg := MarkArrow(service.NewMessageWithContext(ctx, []byte("x")))
+	h := HolderOf(msg.Context())
+	require.NotNil(t, h)
+	h(12)
+	assert.Equal(t, int64(12), held)
+	_, ok := SpanOf(msg)
+	assert.False(t, ok, "a slot without a span")
+
+	assert.Nil(t, HolderOf(service.NewMessage(nil).Context()))
+	ctx2, _ := WithSpanSlot(context.Background())
+	assert.Nil(t, HolderOf(ctx2), "a slot whose holder was not set")
+}

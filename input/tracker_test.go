@@ -92,6 +92,35 @@ func TestTrackerIgnoresAcksFromRevokedAssignment(t *testing.T) {
 	assert.Equal(t, int64(8), tr.toCommit()[p])
 }
 
+// hold adds to a span's unacknowledged bytes until the span is acknowledged
+// (the ack releases what was held with it); a hold after the ack, or on a
+// span of a revoked assignment, changes nothing.
+func TestTrackerHold(t *testing.T) {
+	p := tp{"t", 0}
+	tr := newTracker([]*partPlan{{tp: p, start: 0, stop: noStop, committed: -1}}, time.Now())
+	unacked := func() int64 { return tr.snapshots()[0].unackedBytes }
+	a := tr.advance(p, 5, 100, true, time.Now())
+	b := tr.advance(p, 9, 50, true, time.Now())
+	tr.hold(p, a, 30)
+	assert.Equal(t, int64(180), unacked())
+	tr.hold(p, a, -30) // the output let its records go
+	tr.hold(p, a, 20)
+	assert.Equal(t, int64(170), unacked())
+	tr.ack(p, a)
+	assert.Equal(t, int64(50), unacked(), "the ack releases the span with what was held on it")
+	tr.hold(p, a, -20)
+	tr.hold(p, a, 7)
+	assert.Equal(t, int64(50), unacked(), "a hold after the ack changes nothing")
+
+	tr.remove([]tp{p})
+	tr.add([]*partPlan{{tp: p, start: 9, stop: noStop, committed: 9}}, time.Now())
+	fresh := tr.advance(p, 12, 10, true, time.Now())
+	tr.hold(p, b, 1000)
+	assert.Equal(t, int64(10), unacked(), "a hold on a revoked assignment's span changes nothing")
+	tr.hold(p, fresh, 5)
+	assert.Equal(t, int64(15), unacked())
+}
+
 // rewind (log truncation) drops the spans at or past the new end, cuts the
 // one that straddles it, ignores late acks of dropped spans and keeps the
 // unacknowledged bytes right.

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/connect-eos/connect-eos/handover"
 	"github.com/connect-eos/connect-eos/internal/promexport"
 )
 
@@ -233,5 +234,36 @@ func fillSized(t testing.TB, brokers []string, topic string, n, size int) {
 	defer cancel()
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// holdInInput adds each record's share to the Holder of the batch its
+// message came from (two input batches in one write here, and a message of
+// no input), and the function it returns takes exactly that back.
+func TestHoldInInputPerBatch(t *testing.T) {
+	ctxA, slotA := handover.WithSpanSlot(context.Background())
+	ctxB, slotB := handover.WithSpanSlot(context.Background())
+	var a, b int64
+	slotA.SetHolder(func(n int64) { a += n })
+	slotB.SetHolder(func(n int64) { b += n })
+	batch := service.MessageBatch{
+		service.NewMessageWithContext(ctxA, []byte("1")),
+		service.NewMessageWithContext(ctxA, []byte("2")),
+		service.NewMessageWithContext(ctxB, []byte("3")),
+		service.NewMessage([]byte("4")),
+		service.NewMessageWithContext(ctxA, []byte("5")),
+	}
+	w := &write{batch: batch, msgOf: []int{0, 1, 2, 3, 4}}
+	for range batch {
+		w.recs = append(w.recs, &kgo.Record{Key: []byte("kk"), Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("v")}}})
+	}
+	undo := holdInInput(w)
+	per := int64(recordHeap + 2 + headerHeap + 2)
+	if a != 3*per || b != per {
+		t.Fatalf("held %d and %d, want %d and %d", a, b, 3*per, per)
+	}
+	undo()
+	if a != 0 || b != 0 {
+		t.Fatalf("after undo %d and %d held, want 0", a, b)
 	}
 }

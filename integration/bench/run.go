@@ -665,10 +665,11 @@ func (b *bench) copyOne(ctx context.Context, name, topic string, size, round int
 }
 
 // satCopyInFlight is the saturated copy's max_in_flight: 512 batches of up to
-// 1024 records of 1 KiB (one fetch of one partition) are about 1 GiB as
-// kafka_native counts them (value + 1000 bytes per record), four times its
+// 1024 records of 1 KiB (one fetch of one partition) are about 1.1 GiB as
+// kafka_native counts them while kafka_eos holds them (value + 1000 bytes per
+// record, and 280 for the output's record), more than four times its
 // max_buffered_bytes default (256 MiB), so the input's budget binds, where
-// the default 64 batches (127 MiB) leave it unreached.
+// the default 64 batches (144 MiB) leave it unreached.
 const satCopyInFlight = 512
 
 // satCell is one configuration of the saturation row: kafka_eos with 1 KiB
