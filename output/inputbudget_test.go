@@ -18,8 +18,9 @@ import (
 	"github.com/connect-eos/connect-eos/internal/promexport"
 )
 
-// gaugeValue is the sum over the series of gauge name in exp (0 if none).
-func gaugeValue(t testing.TB, exp *promexport.Exporter, name string) int64 {
+// metricSum is the sum over the series of the gauge or counter name in exp
+// (0 if none).
+func metricSum(t testing.TB, exp *promexport.Exporter, name string) int64 {
 	t.Helper()
 	mfs, err := exp.Registry().Gather()
 	if err != nil {
@@ -29,7 +30,7 @@ func gaugeValue(t testing.TB, exp *promexport.Exporter, name string) int64 {
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				v += int64(m.GetGauge().GetValue())
+				v += int64(m.GetGauge().GetValue() + m.GetCounter().GetValue())
 			}
 		}
 	}
@@ -125,11 +126,11 @@ cache_resources:
 					names = append(names, fmt.Sprintf("%s=%v%v", mf.GetName(), m.GetCounter().GetValue(), m.GetGauge().GetValue()))
 				}
 			}
-			t.Fatalf("kafka_native_buffered_bytes %d; %d of %d records produced; %v", prev, producedSoFar(t, exp), n, names)
+			t.Fatalf("kafka_native_buffered_bytes %d; %d of %d records produced; %v", prev, metricSum(t, exp, metricRecordsProduced), n, names)
 		case <-time.After(time.Second):
 		}
-		v := gaugeValue(t, exp, "kafka_native_buffered_bytes")
-		if v > 0 && v == prev && producedSoFar(t, exp) == n {
+		v := metricSum(t, exp, "kafka_native_buffered_bytes")
+		if v > 0 && v == prev && metricSum(t, exp, metricRecordsProduced) == n {
 			counted = v
 			break
 		}
@@ -145,25 +146,6 @@ cache_resources:
 	}
 	<-done
 	return int64(after.HeapAlloc) - int64(before.HeapAlloc), counted
-}
-
-// producedSoFar is the records kafka_eos handed to franz-go: the sum of
-// kafka_eos_records_produced, counted when produced, before the epoch ends.
-func producedSoFar(t testing.TB, exp *promexport.Exporter) int64 {
-	t.Helper()
-	mfs, err := exp.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v int64
-	for _, mf := range mfs {
-		if mf.GetName() == "kafka_eos_records_produced" {
-			for _, m := range mf.GetMetric() {
-				v += int64(m.GetCounter().GetValue())
-			}
-		}
-	}
-	return v
 }
 
 // settleHeap reads the memory statistics once collections leave only live
