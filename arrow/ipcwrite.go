@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -75,6 +77,26 @@ func schemaMessage() ([]byte, error) {
 }
 
 func pad8(n int) int { return (n + 7) &^ 7 }
+
+// makeNoZero returns an empty slice with room for at least n bytes whose
+// memory was not cleared, for a caller that writes every byte it then uses
+// (appendDirect writes the whole stream, padding included). A make([]byte, n)
+// of a stream's size (often megabytes) clears it first, and that clearing
+// was as costly as copying the values into it: an allocation that large is
+// usually memory the runtime has to clear or the kernel has to fault in.
+// strings.Builder's Grow is the standard library's one allocation that skips
+// the clearing; its buffer is taken here before anything reads it as a
+// string.
+func makeNoZero(n int) []byte {
+	if n <= 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte(0) // String of an empty Builder need not carry its buffer
+	s := b.String()
+	return unsafe.Slice(unsafe.StringData(s), b.Cap())[:0]
+}
 
 // colSizes are the byte sizes of the variable-length columns of a batch and
 // its null counts.
@@ -177,7 +199,7 @@ func (e *Encoder) appendDirect(dst []byte, recs []*kgo.Record) ([]byte, error) {
 	recMetaLen := fbRecordMessageLen(recNodes, recBuffers, false)
 	total := len(schema) + dictMetaLen + dictBody + recMetaLen + recBody + 8
 	if cap(dst)-len(dst) < total {
-		grown := make([]byte, len(dst), len(dst)+total)
+		grown := makeNoZero(len(dst) + total)[:len(dst)]
 		copy(grown, dst)
 		dst = grown
 	}

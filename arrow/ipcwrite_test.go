@@ -92,3 +92,29 @@ func readOne(t *testing.T, b []byte) arrow.RecordBatch {
 	}
 	return rec
 }
+
+// TestMakeNoZero: room for n bytes, empty, its own memory (two calls never
+// share it), and writable to its capacity; appendDirect's stream into it is
+// the one TestDirectIPCMatchesArrowGo checks against a dirty destination.
+func TestMakeNoZero(t *testing.T) {
+	if makeNoZero(0) != nil || makeNoZero(-1) != nil {
+		t.Fatal("no room asked, none given")
+	}
+	for _, n := range []int{1, 7, 4096, 1 << 20, 5<<20 + 3} {
+		a, b := makeNoZero(n), makeNoZero(n)
+		if len(a) != 0 || cap(a) < n {
+			t.Fatalf("n=%d: len %d cap %d", n, len(a), cap(a))
+		}
+		a = a[:cap(a)]
+		b = b[:cap(b)]
+		for i := range a {
+			a[i] = 1
+		}
+		for i := range b {
+			b[i] = 2
+		}
+		if a[0] != 1 || a[len(a)-1] != 1 {
+			t.Fatalf("n=%d: two calls share memory", n)
+		}
+	}
+}
