@@ -15,12 +15,11 @@ import (
 //
 // A limit is derived only for a kafka_native input feeding a kafka_eos output
 // with no processor, no buffer and no output batching: the input's
-// max_buffered_bytes then bounds everything the process holds, and the limit
-// is that budget plus 64 MiB (at least 128 MiB), or the batches in flight as
-// the heap holds them plus 64 MiB where those pass the budget (the input
-// counts less than a message takes). Other pipelines get none: what they hold is max_in_flight x
-// the bytes of a batch, which no budget bounds, and a limit below the live
-// data would make the garbage collector run constantly. Streams mode gets none
+// max_buffered_bytes then bounds everything the process holds (the output's
+// records for the messages included), and the limit is that budget plus
+// 64 MiB (at least 128 MiB). Other pipelines get none: what they hold is
+// max_in_flight x the bytes of a batch, which no budget bounds, and a limit
+// below the live data would make the garbage collector run constantly. Streams mode gets none
 // either (each stream has its own budgets, and streams come and go).
 func applyMemoryLimit(pc *service.ParsedConfig, log *service.Logger) {
 	section := func(name string) any {
