@@ -19,8 +19,9 @@ import (
 // records for the messages included), and the limit is that budget plus
 // 64 MiB (at least 128 MiB). Other pipelines get none: what they hold is
 // max_in_flight x the bytes of a batch, which no budget bounds, and a limit
-// below the live data would make the garbage collector run constantly. Streams mode gets none
-// either (each stream has its own budgets, and streams come and go).
+// below the live data would make the garbage collector run constantly.
+// Streams mode gets none either (each stream has its own budgets, and streams
+// come and go).
 func applyMemoryLimit(pc *service.ParsedConfig, log *service.Logger) {
 	section := func(name string) any {
 		if !pc.Contains(name) {
