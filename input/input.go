@@ -16,6 +16,7 @@ import (
 	kafkaarrow "github.com/connect-eos/connect-eos/arrow"
 	"github.com/connect-eos/connect-eos/handover"
 	"github.com/connect-eos/connect-eos/internal/fatal"
+	"github.com/connect-eos/connect-eos/internal/memlimit"
 )
 
 // closeTimeout bounds how long Close waits for the loops and a last commit.
@@ -40,6 +41,9 @@ type kafkaInput struct {
 	// It is the seam for an output that commits inside its transactions
 	// (see OffsetCommitter); nil without a consumer group.
 	newCommitter func(adm *kadm.Client) OffsetCommitter
+	// memShare is what all partitions together may hold under the Go
+	// memory limit; nil: memlimit.InputShare (tests set their own).
+	memShare func() int64
 
 	connMu sync.Mutex // serializes Connect
 	mu     sync.Mutex // guards the fields below
@@ -314,12 +318,16 @@ func (in *kafkaInput) start(c *connection, adm *kadm.Client, plans []*partPlan, 
 			oorAt:      map[tp]time.Time{},
 			topicIDs:   map[string][16]byte{},
 			probe:      &prober{cfg: cfg, cl: c.admCl, adm: adm, tr: c.tr, met: in.met, log: in.log},
+			memShare:   in.memShare,
 		}
 		for _, pp := range plans {
 			loop.topicIDs[pp.Topic] = pp.topicID
 		}
 		if cfg.commits() {
 			_, loop.keepRecords = handover.LookupKeeper(in.mgr, cfg.group)
+		}
+		if loop.memShare == nil {
+			loop.memShare = memlimit.InputShare
 		}
 		if cfg.format == formatArrow {
 			loop.enc = kafkaarrow.NewEncoder()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -101,6 +102,10 @@ type fetchLoop struct {
 	out    chan<- readyBatch
 	done   chan<- struct{} // closed once every partition is finished and its batches were sent
 	onFail func(error)     // raises a fatal error
+	// memShare is what all partitions' unacknowledged bytes may take
+	// under the Go memory limit set now (memlimit.InputShare; tests set
+	// their own); nil: no such bound.
+	memShare func() int64
 	// enc encodes the Arrow messages of format: arrow (nil otherwise);
 	// only this loop's goroutine uses it.
 	enc *kafkaarrow.Encoder
@@ -476,10 +481,12 @@ func heldBytes(r *kgo.Record, arrow, keep bool) int64 {
 }
 
 // flowControl pauses finished partitions (so kgo stops fetching past their
-// stops) and partitions whose unacknowledged bytes exceed the bound, and
-// resumes the latter once acks brought them below it. kgo drops the buffered
-// data of a paused partition and fetches it again on resume, from its own
-// cursor, so nothing is lost.
+// stops), partitions whose unacknowledged bytes exceed their bound, and every
+// partition while all of them together exceed max_buffered_bytes or, under a
+// Go memory limit, their share of it (memlimit.InputShare); it resumes them
+// once acks brought them below. kgo drops the buffered data of a paused
+// partition and fetches it again on resume, from its own cursor, so nothing
+// is lost.
 func (f *fetchLoop) flowControl() {
 	pause := map[string][]int32{}
 	resume := map[string][]int32{}
@@ -488,7 +495,12 @@ func (f *fetchLoop) flowControl() {
 	for _, p := range f.tr.order {
 		total += f.tr.parts[p].unackedBytes
 	}
-	overTotal := total > f.cfg.maxBufferedTotal
+	share := int64(math.MaxInt64)
+	if f.memShare != nil {
+		share = f.memShare()
+	}
+	f.tr.memShare = share
+	overTotal := total > min(f.cfg.maxBufferedTotal, share)
 	f.met.buffered.Set(total)
 	for _, p := range f.tr.order {
 		ps := f.tr.parts[p]

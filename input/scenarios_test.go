@@ -54,6 +54,7 @@ var scenarios = []struct {
 	{"UnboundedDataLoss", scenarioUnboundedDataLoss},
 	{"PauseResumeUnderBackpressure", scenarioBackpressure},
 	{"PauseResumeOverTotalBudget", scenarioTotalBudget},
+	{"PauseResumeOverMemoryShare", scenarioMemoryShare},
 	{"UnknownTopic", scenarioUnknownTopic},
 	{"TopicDeletedWhileReading", scenarioTopicDeleted},
 	{"TopicRecreatedWhileReading", scenarioTopicRecreated},
@@ -733,6 +734,21 @@ fetch_max_partition_bytes: 1
 // each far below its own bound, every partition is paused once the total
 // passes it, and all resume once the batches are acknowledged.
 func scenarioTotalBudget(t *testing.T, e *env) {
+	pausesOverTotal(t, e, "max_buffered_bytes_per_partition: 1MiB\nmax_buffered_bytes: 3500\n", nil)
+}
+
+// scenarioMemoryShare: under a Go memory limit the same total is bounded by
+// the partitions' share of it (memlimit.InputShare, 3500 bytes here) where
+// that is below max_buffered_bytes (its default, 256 MiB).
+func scenarioMemoryShare(t *testing.T, e *env) {
+	pausesOverTotal(t, e, "", func() int64 { return 3500 })
+}
+
+// pausesOverTotal reads three partitions of 10 records each with the input
+// options conf (and the memory share, if not nil) bounding all partitions'
+// unacknowledged bytes at 3500: four records read without acking pause every
+// partition, and acking them resumes all.
+func pausesOverTotal(t *testing.T, e *env, conf string, share func() int64) {
 	topic := e.topic(t, 3)
 	for p := range int32(3) {
 		for _, v := range vals(fmt.Sprintf("p%d", p), 10) {
@@ -743,10 +759,9 @@ func scenarioTotalBudget(t *testing.T, e *env) {
 topics: [ %s ]
 stop_offset: latest
 max_batch_records: 1
-max_buffered_bytes_per_partition: 1MiB
-max_buffered_bytes: 3500
 fetch_max_partition_bytes: 1
-`, topic))
+%s`, topic, conf))
+	h.raw.memShare = share
 	h.mustConnect()
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()

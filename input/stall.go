@@ -22,6 +22,9 @@ func (b *bookkeeper) checkStalls(ctx context.Context, now time.Time) {
 	var stalled []snapshot
 	var total int64 // unacknowledged bytes of every partition
 	snaps := b.tr.snapshots()
+	b.tr.mu.Lock()
+	share := b.tr.memShare
+	b.tr.mu.Unlock()
 	for _, s := range snaps {
 		total += s.unackedBytes
 	}
@@ -76,6 +79,8 @@ func (b *bookkeeper) checkStalls(ctx context.Context, now time.Time) {
 			why = fmt.Sprintf("paused: %d bytes handed to the pipeline are not acknowledged (%s %d); the pipeline or the output is slow or stuck", s.unackedBytes, knFieldMaxBufferedBytes, b.cfg.maxBufferedBytes)
 		case s.paused && total > b.cfg.maxBufferedTotal:
 			why = fmt.Sprintf("paused: %d bytes handed to the pipeline by all partitions are not acknowledged (%s %d); the pipeline or the output is slow or stuck", total, knFieldMaxBufferedTotal, b.cfg.maxBufferedTotal)
+		case s.paused && total > share:
+			why = fmt.Sprintf("paused: %d bytes handed to the pipeline by all partitions are not acknowledged, more than their share of the Go memory limit (two thirds of it: %d); the pipeline or the output is slow or stuck", total, share)
 		case end > s.position && s.lastErr != "" && now.Sub(s.lastErrAt) < d:
 			why = fmt.Sprintf("fetching it fails: %s (%v ago)", s.lastErr, now.Sub(s.lastErrAt).Round(time.Millisecond))
 		case end > s.position:

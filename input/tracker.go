@@ -1,6 +1,7 @@
 package input
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -95,10 +96,15 @@ type tracker struct {
 	polling  bool
 	adding   int
 	pollCond *sync.Cond // on mu: signals polling and adding changes
+
+	// memShare is what the fetch loop's last flow control let all
+	// partitions' unacknowledged bytes take under the Go memory limit
+	// (math.MaxInt64 without one); the stall check names it.
+	memShare int64
 }
 
 func newTracker(plans []*partPlan, now time.Time) *tracker {
-	t := &tracker{parts: map[tp]*partState{}, changed: make(chan struct{})}
+	t := &tracker{parts: map[tp]*partState{}, changed: make(chan struct{}), memShare: math.MaxInt64}
 	t.pollCond = sync.NewCond(&t.mu)
 	t.add(plans, now)
 	return t

@@ -17,7 +17,9 @@ import (
 // with no processor, no buffer and no output batching: the input's
 // max_buffered_bytes then bounds everything the process holds (the output's
 // records for the messages included), and the limit is that budget plus
-// 64 MiB (at least 128 MiB). Other pipelines get none: what they hold is
+// 64 MiB less the binary's resident code and 16 MiB (at least 128 MiB), so
+// that the resident set stays near the budget plus 64 MiB. Other pipelines
+// get none: what they hold is
 // max_in_flight x the bytes of a batch, which no budget bounds, and a limit
 // below the live data would make the garbage collector run constantly.
 // Streams mode gets none either (each stream has its own budgets, and streams

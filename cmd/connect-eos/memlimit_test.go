@@ -2,8 +2,12 @@ package main
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // memLimitConfig is a Kafka-to-Kafka copy whose brokers cannot be reached
@@ -45,12 +49,21 @@ func TestMemoryLimitApplied(t *testing.T) {
 		// An empty GOMEMLIMIT or GOGC is unset, for the Go runtime as for the
 		// binary (and hides the test runner's own, if it has any).
 		p := startBinEnv(t, []string{"GOMEMLIMIT=", "GOGC="}, "run", memLimitConfig(t, "512MiB", ""))
-		p.waitOutput(t, `Go memory limit: 603979776 bytes (576 MiB) from kafka_native's max_buffered_bytes (512 MiB) + 64 MiB`)
 		p.waitOutput(t, `; GOGC 400 (the heap may grow to five times its live data below the limit); GOMEMLIMIT and GOGC override them`)
+		// The limit is the budget plus 64 MiB less the binary's resident
+		// code, as it logs it, and 16 MiB.
+		m := regexp.MustCompile(`Go memory limit: (\d+) bytes \([0-9.]+ MiB\) from kafka_native's max_buffered_bytes \(512 MiB\) \+ 64 MiB, .*, less the binary's resident code \(([0-9.]+) MiB\) and 16 MiB`).FindStringSubmatch(p.output())
+		require.NotNil(t, m, p.output())
+		limit, err := strconv.ParseInt(m[1], 10, 64)
+		require.NoError(t, err)
+		code, err := strconv.ParseFloat(m[2], 64)
+		require.NoError(t, err)
+		require.Greater(t, code, 1.0, "a Go binary has MiBs of code resident")
+		require.InDelta(t, float64(576-16)-code, float64(limit)/(1<<20), 0.06)
 	})
 	t.Run("GOGC wins", func(t *testing.T) {
 		p := startBinEnv(t, []string{"GOMEMLIMIT=", "GOGC=150"}, "run", memLimitConfig(t, "512MiB", ""))
-		p.waitOutput(t, `Go memory limit: 603979776 bytes (576 MiB) from kafka_native's max_buffered_bytes (512 MiB) + 64 MiB`)
+		p.waitOutput(t, `MiB) from kafka_native's max_buffered_bytes (512 MiB) + 64 MiB`)
 		p.waitOutput(t, "; GOGC=150 from the environment, kept;")
 	})
 	t.Run("GOMEMLIMIT wins", func(t *testing.T) {

@@ -34,11 +34,18 @@
 // headers, about 1 KiB for the Benthos message around it, and the output's
 // record while the output holds it): output's
 // TestInputBudgetBoundsOutputRecords holds that count within 15 % of the heap
-// of a kafka_native -> kafka_eos pipeline holding its records. The limit is
-// the budget plus Headroom (320 MiB at the defaults), with GOGC GCPercent
-// (400) unless the user set GOGC: the heap may then grow to the limit, the
-// memory the budget gave the process, before the collector runs, and the
-// collection work per record falls.
+// of a kafka_native -> kafka_eos pipeline holding its records. The budget
+// plus Headroom (320 MiB at the defaults) is what the process's resident set
+// may take. The Go limit is that less the binary's code pages resident at
+// start (about 29 MiB) and Overshoot, about 275 MiB at the defaults: the
+// resident set holds the code besides the memory the limit bounds, and the
+// collector lets the heap pass the limit while it marks. GOGC is GCPercent
+// (400) unless the user set GOGC: the heap may then grow to the limit before
+// the collector runs, and the collection work per record falls. Under any Go
+// limit the input holds at most two thirds of it (InputShare: about 184 MiB
+// at the defaults), below its max_buffered_bytes where that is more: the
+// process holds more than the input counts, and with the live data near the
+// limit the collector would run constantly.
 //
 // Any other pipeline gets no limit, with the reason logged: its live data is
 // bounded by max_in_flight x the bytes of a batch, which no budget in the
@@ -49,6 +56,7 @@ package memlimit
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime/debug"
 	"sort"
@@ -81,6 +89,23 @@ const DefaultInputBudget = 256 << 20
 // message-mode copy at GOGC 100: benchmarks.md, "Where the CPU goes"), and
 // the memory the process may take is the limit either way.
 const GCPercent = 400
+
+// InputShare is what a kafka_native input may hold (the bytes it handed to
+// the pipeline and has not had acknowledged, all partitions together) under
+// the Go memory limit set now: two thirds of it, or math.MaxInt64 without a
+// limit. The process holds more than the input counts (fetched records not
+// handed over yet, the producers' request buffers, the clients), and the
+// collector runs each time the heap reaches the limit: with the live data at
+// two thirds of the limit a collection frees at least half its worth, where
+// near the limit the collector would run constantly and take the CPU the
+// pipeline needs.
+func InputShare() int64 {
+	l := debug.SetMemoryLimit(-1)
+	if l <= 0 || l == math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return l / 3 * 2
+}
 
 // Decision is the limit derived for a config (0: none) and why.
 type Decision struct {
@@ -199,6 +224,14 @@ func mib(n int64) string {
 	return strconv.FormatInt(n, 10) + " bytes"
 }
 
+// approxMiB is n in MiB, to a tenth where it is not a whole number.
+func approxMiB(n int64) string {
+	if n%(1<<20) == 0 {
+		return mib(n)
+	}
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+}
+
 // FromYAML derives the limit for a stream config's text.
 func FromYAML(conf string) (Decision, error) {
 	spec := service.NewConfigSpec()
@@ -220,16 +253,43 @@ func FromYAML(conf string) (Decision, error) {
 }
 
 // Env is what the Go runtime read from the environment at start: GOMEMLIMIT
-// and GOGC, "" when unset (the runtime reads an empty value as unset).
+// and GOGC, "" when unset (the runtime reads an empty value as unset); and
+// the process's resident code.
 type Env struct {
 	GoMemLimit string
 	GOGC       string
+	// CodePages is the binary's code and other file pages resident now
+	// (RssFile in /proc/self/status; 0 where it cannot be read): memory
+	// in the resident set that the Go limit does not bound.
+	CodePages int64
 }
 
-// OSEnv reads Env from the process's environment.
+// OSEnv reads Env from the process's environment and /proc.
 func OSEnv() Env {
-	return Env{GoMemLimit: os.Getenv("GOMEMLIMIT"), GOGC: os.Getenv("GOGC")}
+	return Env{GoMemLimit: os.Getenv("GOMEMLIMIT"), GOGC: os.Getenv("GOGC"), CodePages: rssFile()}
 }
+
+// rssFile reads RssFile from /proc/self/status, in bytes; 0 if it cannot.
+func rssFile() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "RssFile:" && f[2] == "kB" {
+			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				return n << 10
+			}
+		}
+	}
+	return 0
+}
+
+// Overshoot is what a limit from the budget leaves, besides the code pages
+// resident at start, for the resident set to pass it: the collector lets
+// the heap grow past the limit while it marks (19 MiB measured in a
+// saturated copy), and code first run after start adds pages (about 6 MiB).
+const Overshoot = 16 << 20
 
 // Apply sets d's limit as the Go runtime's memory limit unless the user set
 // GOMEMLIMIT (the runtime read it at start and it wins), and, for a limit
@@ -243,7 +303,14 @@ func Apply(d Decision, env Env) string {
 	case d.Limit <= 0:
 		return fmt.Sprintf("Go memory limit: none set (%s); set GOMEMLIMIT to bound the heap", d.Reason)
 	}
-	debug.SetMemoryLimit(d.Limit)
+	limit, reason := d.Limit, d.Reason
+	if d.FromBudget && env.CodePages > 0 {
+		// The budget plus Headroom is what the resident set may take;
+		// the code pages are in it and not under the Go limit.
+		limit = max(limit-env.CodePages-Overshoot, MinLimit)
+		reason = fmt.Sprintf("%s, less the binary's resident code (%s) and %s the collector and code first run may add", reason, approxMiB(env.CodePages), mib(Overshoot))
+	}
+	debug.SetMemoryLimit(limit)
 	gc := "GOGC left at its default"
 	switch {
 	case env.GOGC != "":
@@ -252,5 +319,5 @@ func Apply(d Decision, env Env) string {
 		debug.SetGCPercent(GCPercent)
 		gc = fmt.Sprintf("GOGC %d (the heap may grow to five times its live data below the limit)", GCPercent)
 	}
-	return fmt.Sprintf("Go memory limit: %d bytes (%s) from %s; %s; GOMEMLIMIT and GOGC override them", debug.SetMemoryLimit(-1), mib(d.Limit), d.Reason, gc)
+	return fmt.Sprintf("Go memory limit: %d bytes (%s) from %s; %s; GOMEMLIMIT and GOGC override them", debug.SetMemoryLimit(-1), approxMiB(limit), reason, gc)
 }

@@ -118,14 +118,27 @@ func TestApply(t *testing.T) {
 	require.Contains(t, msg, "; GOGC 400 (the heap may grow to five times its live data below the limit); GOMEMLIMIT and GOGC override them")
 
 	reset()
+	msg = Apply(d, Env{CodePages: 28<<20 + 512<<10})
+	require.Equal(t, int64(320<<20-28<<20-512<<10-Overshoot), debug.SetMemoryLimit(-1), "the resident code and the overshoot come off a limit from the budget")
+	require.Contains(t, msg, "Go memory limit: 288882688 bytes (275.5 MiB) from kafka_native's max_buffered_bytes (256 MiB) + 64 MiB")
+	require.Contains(t, msg, ", less the binary's resident code (28.5 MiB) and 16 MiB the collector and code first run may add; GOGC 400")
+
+	reset()
+	Apply(Decision{Limit: MinLimit + 8<<20, FromBudget: true}, Env{CodePages: 30 << 20})
+	require.Equal(t, int64(MinLimit), debug.SetMemoryLimit(-1), "never below MinLimit")
+
+	reset()
+	Apply(inFlightDecision(), Env{CodePages: 30 << 20})
+	require.Equal(t, int64(1401<<20), debug.SetMemoryLimit(-1), "a limit not from the budget is not lowered")
+
+	reset()
 	msg = Apply(d, Env{GOGC: "150"})
 	require.Equal(t, int64(320<<20), debug.SetMemoryLimit(-1))
 	require.Equal(t, 100, gcPercent(), "a GOGC in the environment wins (the runtime read it at start)")
 	require.Contains(t, msg, "GOGC=150 from the environment, kept")
 
 	reset()
-	inFlight := Decision{Limit: 1401 << 20, Reason: "not from a budget"}
-	msg = Apply(inFlight, Env{})
+	msg = Apply(inFlightDecision(), Env{})
 	require.Equal(t, int64(1401<<20), debug.SetMemoryLimit(-1))
 	require.Equal(t, 100, gcPercent(), "a limit not from the budget leaves GOGC at its default")
 	require.Contains(t, msg, "GOGC left at its default")
@@ -145,4 +158,17 @@ func TestDeriveFromBudget(t *testing.T) {
 	d, err = FromYAML(k2k("", "pipeline:\n  processors:\n    - mapping: root = this\n", ""))
 	require.NoError(t, err)
 	require.False(t, d.FromBudget, d.Reason)
+}
+
+func inFlightDecision() Decision { return Decision{Limit: 1401 << 20, Reason: "not from a budget"} }
+
+// TestInputShare: under a Go memory limit an input may hold two thirds of it;
+// without one, anything.
+func TestInputShare(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	debug.SetMemoryLimit(math.MaxInt64)
+	require.Equal(t, int64(math.MaxInt64), InputShare())
+	debug.SetMemoryLimit(300 << 20)
+	require.Equal(t, int64(200<<20), InputShare())
 }
