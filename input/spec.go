@@ -278,7 +278,7 @@ With `+"`format: arrow`"+` each message holds a whole batch of one partition as 
 				Default(64<<20).
 				Advanced(),
 			kafkaconf.BytesField(knFieldMaxBufferedTotal).
-				Description("Every partition is paused while the bytes handed to the pipeline and not yet acknowledged, all partitions together (counted as for `max_buffered_bytes_per_partition`), exceed this bound, and resumed when they drop below it: the input's read-ahead, bounded whatever the number of partitions. It can be passed by up to one fetch per partition. Under a Go memory limit (`GOMEMLIMIT`, or the one `connect-eos run` sets for a copy pipeline) the bound is two thirds of that limit where this is more: the process holds more than this count, and with its live data near the limit the garbage collector would run constantly. Default 268435456 (256 MiB).").
+				Description("Every partition is paused while the bytes handed to the pipeline and not yet acknowledged, all partitions together (counted as for `max_buffered_bytes_per_partition`), exceed this bound, and resumed when they drop below it: the input's read-ahead, bounded whatever the number of partitions. It can be passed by up to one fetch per partition. Under a Go memory limit (`GOMEMLIMIT`, or the one `connect-eos run` sets for a copy pipeline) the bound is the lesser of this and two thirds of that limit: the process holds more than this count, and with its live data near the limit the garbage collector would run constantly. Default 268435456 (256 MiB).").
 				Default(256<<20).
 				Advanced(),
 			service.NewIntField(knFieldMaxDecompressed).
