@@ -68,7 +68,9 @@ import (
 	"github.com/connect-eos/connect-eos/internal/kafkaconf"
 )
 
-// Headroom is what the limit allows above the input's budget: the consumer's
+// Headroom is what the process's resident set may take above the input's
+// budget: the binary's code pages and what the collector lets the heap pass
+// the limit by (both left out of the limit, see Apply), the consumer's
 // fetched records not handed over yet (up to one fetch per partition past the
 // budget), the producers' request buffers, the clients, the state cache and
 // Benthos itself.
