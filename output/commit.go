@@ -62,6 +62,8 @@ type testHooks struct {
 	// beforeProduce is called when a batch that joined epoch is about to
 	// wait for its turn to produce (outside o.mu).
 	beforeProduce func(epoch uint64, batch service.MessageBatch)
+	// handOverTime, if set, is the clock produce stamps records with.
+	handOverTime func() time.Time
 	// afterRecover is called in Connect once recovery has read the state
 	// cache, before the slots are initialised.
 	afterRecover func()

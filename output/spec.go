@@ -218,6 +218,10 @@ so the epoch boundary costs a flush and an EndTxn while the next epoch already
 produces on the next slot. One running instance per `+"`transactional_id`"+`: a second
 instance with the same id fences the first, which stops with an error naming the id.
 
+A record's timestamp is the produce time: the time the output hands the record's
+batch to its producer, read once per batch (mirrored records, and Arrow rows with
+`+"`arrow_timestamps`"+`, keep their source timestamp).
+
 ### Delivery guarantees
 
 This output on its own (plain mode) makes every epoch atomic for consumers with
