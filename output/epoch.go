@@ -84,10 +84,15 @@ type epoch struct {
 	// every record of the epoch.
 	producing sync.WaitGroup
 
-	mu       sync.Mutex // guards the fields the promises write
-	parts    map[topicPartition]txnstate.PartitionWrite
-	failed   bool
-	firstErr error
+	mu    sync.Mutex // guards the fields the promises write
+	parts map[topicPartition]txnstate.PartitionWrite
+	// The partition of the record acknowledged last and the first offset
+	// kept for it in parts (recordWritten). lastPart is -1 before any.
+	lastTopic string
+	lastPart  int32
+	lastFirst int64
+	failed    bool
+	firstErr  error
 	// Per-partition order (invariant I8): the epoch's records are all
 	// acknowledged (acked closed) once it is sealed, every batch joined
 	// handed its records over (handing 0) and every record's promise
@@ -116,12 +121,13 @@ type epoch struct {
 
 func newEpoch(n uint64, s *slot) *epoch {
 	return &epoch{
-		n:      n,
-		slot:   s,
-		opened: time.Now(),
-		parts:  make(map[topicPartition]txnstate.PartitionWrite),
-		done:   make(chan struct{}),
-		acked:  make(chan struct{}),
+		n:        n,
+		slot:     s,
+		opened:   time.Now(),
+		parts:    make(map[topicPartition]txnstate.PartitionWrite),
+		lastPart: -1,
+		done:     make(chan struct{}),
+		acked:    make(chan struct{}),
 	}
 }
 
@@ -142,42 +148,64 @@ func (ep *epoch) advance(to txnstate.Phase) {
 // message as a *MessageError; any failure aborts the epoch.
 func (ep *epoch) promise(ref *batchRef) func(*kgo.Record, error) {
 	return func(r *kgo.Record, err error) {
-		defer ep.recordDone()
 		if err != nil {
-			i := ref.msgOfRecord(r)
-			rerr := &RecordError{Topic: r.Topic, Partition: r.Partition, Size: recordSize(r), Err: err}
-			cause := fmt.Errorf("producing to topic %q: %w", r.Topic, err)
-			if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.RecordListTooLarge) {
-				cause = rerr // the record's size and where it went
-			}
-			if field, ok := refusedForGood(err); ok && i >= 0 {
-				source := msgSource(ref.batch, i)
-				ref.mu.Lock()
-				if ref.errs == nil {
-					ref.errs = make(map[int]error)
-				}
-				ref.errs[i] = &MessageError{Source: source, Field: field, Err: rerr}
-				ref.mu.Unlock()
-				cause = fmt.Errorf("the record of %s was refused: %w", source, rerr)
-			}
-			// Otherwise not this message's fault: the epoch fails, but
-			// the message is not blamed on its own. The topic is named
-			// all the same: TOPIC_AUTHORIZATION_FAILED alone does not
-			// say which WRITE ACL is missing.
-			ep.mu.Lock()
-			if !ep.failed {
-				ep.failed, ep.firstErr = true, cause
-			}
-			ep.mu.Unlock()
+			ep.recordFailed(ref, r, err)
+			ep.recordDone()
 			return
 		}
-		ep.mu.Lock()
-		defer ep.mu.Unlock()
-		tp := topicPartition{r.Topic, r.Partition}
-		if w, ok := ep.parts[tp]; !ok || r.Offset < w.FirstOffset {
-			ep.parts[tp] = txnstate.PartitionWrite{Topic: r.Topic, Partition: r.Partition, FirstOffset: r.Offset, ProducerID: r.ProducerID}
-		}
+		ep.recordWritten(r)
 	}
+}
+
+// recordFailed keeps the failure of record r of ref: the epoch's first
+// error, and the message's own error if the record was refused for good.
+func (ep *epoch) recordFailed(ref *batchRef, r *kgo.Record, err error) {
+	i := ref.msgOfRecord(r)
+	rerr := &RecordError{Topic: r.Topic, Partition: r.Partition, Size: recordSize(r), Err: err}
+	cause := fmt.Errorf("producing to topic %q: %w", r.Topic, err)
+	if errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.RecordListTooLarge) {
+		cause = rerr // the record's size and where it went
+	}
+	if field, ok := refusedForGood(err); ok && i >= 0 {
+		source := msgSource(ref.batch, i)
+		ref.mu.Lock()
+		if ref.errs == nil {
+			ref.errs = make(map[int]error)
+		}
+		ref.errs[i] = &MessageError{Source: source, Field: field, Err: rerr}
+		ref.mu.Unlock()
+		cause = fmt.Errorf("the record of %s was refused: %w", source, rerr)
+	}
+	// Otherwise not this message's fault: the epoch fails, but
+	// the message is not blamed on its own. The topic is named
+	// all the same: TOPIC_AUTHORIZATION_FAILED alone does not
+	// say which WRITE ACL is missing.
+	ep.mu.Lock()
+	if !ep.failed {
+		ep.failed, ep.firstErr = true, cause
+	}
+	ep.mu.Unlock()
+}
+
+// recordWritten counts record r acknowledged and keeps the first offset
+// written to its partition. franz-go acknowledges records partition batch by
+// partition batch, in offset order, so most records are of the partition
+// acknowledged just before, at or above the first offset kept for it: those
+// change nothing and skip the map.
+func (ep *epoch) recordWritten(r *kgo.Record) {
+	ep.mu.Lock()
+	if r.Partition != ep.lastPart || r.Offset < ep.lastFirst || r.Topic != ep.lastTopic {
+		tp := topicPartition{r.Topic, r.Partition}
+		w, ok := ep.parts[tp]
+		if !ok || r.Offset < w.FirstOffset {
+			w = txnstate.PartitionWrite{Topic: r.Topic, Partition: r.Partition, FirstOffset: r.Offset, ProducerID: r.ProducerID}
+			ep.parts[tp] = w
+		}
+		ep.lastTopic, ep.lastPart, ep.lastFirst = r.Topic, r.Partition, w.FirstOffset
+	}
+	ep.pending--
+	ep.checkAckedLocked()
+	ep.mu.Unlock()
 }
 
 // refusedForGood says whether a produce error is the record's own and final
