@@ -137,13 +137,16 @@ func (w *batchWait) done(_ *kgo.Record, err error) {
 func (p *plainOutput) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
 	w := &batchWait{}
 	w.wg.Add(len(batch))
+	// One timestamp per batch, as kafka_eos stamps its records, so that
+	// the gap between them is not franz-go reading the clock per record.
+	now := time.Now()
 	for _, m := range batch {
 		v, err := m.AsBytes()
 		if err != nil {
 			w.done(nil, err)
 			continue
 		}
-		p.cl.Produce(ctx, &kgo.Record{Value: v}, w.done)
+		p.cl.Produce(ctx, &kgo.Record{Value: v, Timestamp: now}, w.done)
 	}
 	w.wg.Wait()
 	return w.err
