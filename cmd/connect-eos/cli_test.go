@@ -233,6 +233,21 @@ func httpStatus(t *testing.T, method, url, body string) int {
 	return 0
 }
 
+// readyStatus is httpStatus of GET url (a /ready endpoint), asked again while
+// it answers 404: Benthos' HTTP server listens before the stream is built, and
+// /ready is registered by the stream, so a first answer can be a 404 from a
+// server that has no /ready yet.
+func readyStatus(t *testing.T, url string) int {
+	t.Helper()
+	code := http.StatusNotFound
+	for deadline := time.Now().Add(60 * time.Second); code == http.StatusNotFound && time.Now().Before(deadline); {
+		if code = httpStatus(t, "GET", url, ""); code == http.StatusNotFound {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return code
+}
+
 const idleStream = `
 input:
   generate:
@@ -263,7 +278,7 @@ func TestHTTPAddressFromConfig(t *testing.T) {
 	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
 	p := startBin(t, "run", writeConfig(t, "http:\n  address: 0.0.0.0:"+port+"\n"+idleStream))
 	p.waitOutput(t, "Listening for HTTP requests at: http://0.0.0.0:"+port)
-	require.Equal(t, http.StatusOK, httpStatus(t, "GET", "http://127.0.0.1:"+port+"/ready", ""))
+	require.Equal(t, http.StatusOK, readyStatus(t, "http://127.0.0.1:"+port+"/ready"))
 }
 
 // commandStream is a stream config that would run a shell command (touch a
@@ -294,7 +309,7 @@ func TestStreamsAPIIsOptIn(t *testing.T) {
 
 	off := startBin(t, "streams", "-o", obs)
 	off.waitOutput(t, "Listening for HTTP requests at:")
-	require.Equal(t, http.StatusOK, httpStatus(t, "GET", "http://"+addr+"/ready", ""))
+	require.Equal(t, http.StatusOK, readyStatus(t, "http://"+addr+"/ready"))
 	require.Equal(t, http.StatusNotFound, httpStatus(t, "GET", "http://"+addr+"/streams", ""))
 	require.Contains(t, off.output(), "start with `streams --api`")
 	require.NoError(t, off.cmd.Process.Signal(syscall.SIGTERM))
@@ -349,7 +364,11 @@ metrics:
 	p.waitOutput(t, "Listening for HTTP requests at:")
 	for _, path := range []string{"/metrics", "/ready", "/version"} {
 		require.Equal(t, http.StatusUnauthorized, httpStatus(t, "GET", "http://"+addr+path, ""), path)
-		require.Equal(t, http.StatusOK, httpStatus(t, "GET", "http://prometheus:s3cret@"+addr+path, ""), path)
+		if path == "/ready" {
+			require.Equal(t, http.StatusOK, readyStatus(t, "http://prometheus:s3cret@"+addr+path), path)
+		} else {
+			require.Equal(t, http.StatusOK, httpStatus(t, "GET", "http://prometheus:s3cret@"+addr+path, ""), path)
+		}
 		require.Equal(t, http.StatusUnauthorized, httpStatus(t, "GET", "http://prometheus:wrong@"+addr+path, ""), path)
 	}
 }
