@@ -2,9 +2,12 @@ package handover
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // The seam of the mirror mode: a kafka_eos output that writes to another
@@ -53,6 +56,12 @@ type PositionsRequest struct {
 	// Partitions on the cluster the input reads (for creating a missing
 	// target topic with as many).
 	PartitionCounts map[string]int32
+	// SourceConfigs, if set, describes topics on the cluster the input
+	// reads: for each, the configs set on the topic itself (not the
+	// broker's defaults), so that a missing target topic can be created
+	// like its source. It asks that cluster (DescribeConfigs), so it is
+	// called only when a topic is to be created.
+	SourceConfigs func(ctx context.Context, topics []string) (map[string]map[string]string, error)
 	// Generation is the group generation the partitions were assigned in
 	// (group_membership), -1 otherwise. Informational: it is recorded with
 	// the claim.
@@ -85,4 +94,42 @@ func WithRecord(m *service.Message, r *kgo.Record) *service.Message {
 func RecordOf(m *service.Message) (*kgo.Record, bool) {
 	r, ok := m.Context().Value(recordKey{}).(*kgo.Record)
 	return r, ok && r != nil
+}
+
+// TopicConfigsSet returns a SourceConfigs that asks adm's cluster. For each
+// of the topics it describes, it returns the configs set on the topic
+// itself (DescribeConfigs: those whose source is the topic's dynamic config),
+// without the broker's defaults and without sensitive ones (whose values are
+// not described). A topic that cannot be described fails the call with an
+// error naming it.
+func TopicConfigsSet(adm *kadm.Client) func(ctx context.Context, topics []string) (map[string]map[string]string, error) {
+	return func(ctx context.Context, topics []string) (map[string]map[string]string, error) {
+		return topicConfigsSet(ctx, adm, topics)
+	}
+}
+
+func topicConfigsSet(ctx context.Context, adm *kadm.Client, topics []string) (map[string]map[string]string, error) {
+	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("describing the configs of topics %v: %w", topics, err)
+	}
+	out := make(map[string]map[string]string, len(topics))
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			return nil, fmt.Errorf("describing the configs of topic %s: %w", rc.Name, rc.Err)
+		}
+		set := map[string]string{}
+		for _, c := range rc.Configs {
+			if c.Source == kmsg.ConfigSourceDynamicTopicConfig && c.Value != nil && !c.Sensitive {
+				set[c.Key] = *c.Value
+			}
+		}
+		out[rc.Name] = set
+	}
+	for _, t := range topics {
+		if _, ok := out[t]; !ok {
+			return nil, fmt.Errorf("describing the configs of topic %s: not in the answer", t)
+		}
+	}
+	return out, nil
 }

@@ -50,7 +50,7 @@ func (d *discoverer) discover(ctx context.Context) {
 	dc.start, dc.reset, dc.resetSet = offsetEarliest, offsetEarliest, true
 	if dc.group != "" {
 		dc.start = offsetCommitted
-		if err := keptStarts(ctx, d.res, dc.group, l, fresh, -1); err != nil {
+		if err := keptStarts(ctx, d.res, d.adm, dc.group, l, fresh, -1); err != nil {
 			d.log.Warnf("Partition discovery: %v", err)
 			return
 		}

@@ -200,7 +200,7 @@ func (g *groupMember) starts(ctx context.Context, parts []tp) ([]*partPlan, erro
 	if cl := g.cl.Load(); cl != nil {
 		_, gen = cl.GroupMetadata()
 	}
-	if err := keptStarts(ctx, g.res, g.cfg.group, l, parts, gen); err != nil {
+	if err := keptStarts(ctx, g.res, g.adm, g.cfg.group, l, parts, gen); err != nil {
 		return nil, err
 	}
 	plans, err := g.cfg.resolve(ctx, g.adm, l, parts)

@@ -60,12 +60,15 @@ func handOverRevoked(ctx context.Context, res *service.Resources, group string, 
 // read are only written after the fact. Called before l resolves the starts
 // of parts; generation is the group generation they were assigned in (-1
 // without group_membership).
-func keptStarts(ctx context.Context, res *service.Resources, group string, l *listing, parts []tp, generation int32) error {
+func keptStarts(ctx context.Context, res *service.Resources, adm *kadm.Client, group string, l *listing, parts []tp, generation int32) error {
 	k, ok := handover.LookupKeeper(res, group)
 	if !ok || group == "" || len(parts) == 0 {
 		return nil
 	}
-	req := handover.PositionsRequest{Partitions: map[string][]int32{}, PartitionCounts: map[string]int32{}, Generation: generation}
+	req := handover.PositionsRequest{
+		Partitions: map[string][]int32{}, PartitionCounts: map[string]int32{}, Generation: generation,
+		SourceConfigs: handover.TopicConfigsSet(adm),
+	}
 	for _, p := range parts {
 		req.Partitions[p.Topic] = append(req.Partitions[p.Topic], p.Partition)
 		if td, ok := l.meta.Topics[p.Topic]; ok {

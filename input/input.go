@@ -231,7 +231,7 @@ func (in *kafkaInput) preflight(ctx context.Context, adm *kadm.Client) ([]*partP
 		// Mirror mode: the output's positions, not the group's offsets.
 		// Not under connect_timeout: an earlier owner's transaction
 		// may have to end first (the output bounds the wait).
-		if err := keptStarts(ctx, in.mgr, cfg.group, l, parts, -1); err != nil {
+		if err := keptStarts(ctx, in.mgr, adm, cfg.group, l, parts, -1); err != nil {
 			return nil, err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/connect-eos/connect-eos/handover"
 )
@@ -80,6 +81,18 @@ commit_period: 10ms
 
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
+	// The request describes the source topics for a keeper that creates
+	// their targets: the configs set on the topic itself, no defaults.
+	require.NotNil(t, reqs[0].SourceConfigs)
+	alt, err := e.adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: kadm.StringPtr("-1")}}, topic)
+	require.NoError(t, err)
+	require.NoError(t, alt[0].Err)
+	set, err := reqs[0].SourceConfigs(ctx, []string{topic})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]map[string]string{topic: {"retention.ms": "-1"}}, set)
+	_, err = reqs[0].SourceConfigs(ctx, []string{topic, "no-such-topic"})
+	require.ErrorContains(t, err, "no-such-topic")
+
 	got := map[int32][]int64{}
 	for {
 		b, ack, err := h.in.ReadBatch(ctx)

@@ -656,47 +656,166 @@ func (m *mirror) checkTargets(ctx context.Context, req handover.PositionsRequest
 	m.mu.Unlock()
 	var dsts []string
 	for _, src := range sources {
-		dst := m.conf.target(src)
-		dsts = append(dsts, dst)
-		if n := req.PartitionCounts[src]; m.conf.create && n > 0 {
-			err := retryRetriable(ctx, func() error {
-				resp, err := adm.CreateTopic(ctx, n, -1, nil, dst)
-				if err == nil {
-					err = resp.Err
-				}
-				if errors.Is(err, kerr.TopicAlreadyExists) {
-					return nil
-				}
-				if err == nil {
-					o.log.Infof("kafka_eos: mirror: created topic %s with %d partitions (as %s on the source)", dst, n, src)
-				}
+		dsts = append(dsts, m.conf.target(src))
+	}
+	md, err := targetTopics(ctx, o.admin, dsts)
+	if err != nil {
+		return err
+	}
+	if m.conf.create {
+		var missing []string // sources whose target is missing
+		for _, src := range sources {
+			if errors.Is(md[m.conf.target(src)].err, kerr.UnknownTopicOrPartition) && req.PartitionCounts[src] > 0 {
+				missing = append(missing, src)
+			}
+		}
+		if len(missing) > 0 {
+			if err := m.createTargets(ctx, adm, req, missing); err != nil {
 				return err
-			})
-			if err != nil {
-				return fmt.Errorf("creating the target topic %s: %w", dst, err)
+			}
+			if md, err = targetTopics(ctx, o.admin, dsts); err != nil {
+				return err
 			}
 		}
 	}
-	var md kadm.Metadata
-	if err := retryRetriable(ctx, func() error {
-		var err error
-		md, err = adm.Metadata(ctx, dsts...)
-		return err
-	}); err != nil {
-		return fmt.Errorf("metadata of the target topics %v: %w", dsts, err)
-	}
 	for _, src := range sources {
 		dst := m.conf.target(src)
-		td, ok := md.Topics[dst]
-		if !ok || td.Err != nil {
-			o.log.Warnf("kafka_eos: mirror: target topic %s (of %s) does not exist (%v): its records fail until it does (create it with %d partitions, or set mirror.create_topics)", dst, src, td.Err, req.PartitionCounts[src])
+		td := md[dst]
+		if td.err != nil {
+			o.log.Warnf("kafka_eos: mirror: target topic %s (of %s) does not exist (%v): its records fail until it does (create it with %d partitions, or set mirror.create_topics)", dst, src, td.err, req.PartitionCounts[src])
 			continue
 		}
-		if want := req.PartitionCounts[src]; int32(len(td.Partitions)) < want {
-			return o.stop(fmt.Errorf("kafka_eos: mirror: target topic %s has %d partitions, its source topic %s has %d: every record keeps its partition, so the target needs at least as many", dst, len(td.Partitions), src, want), true)
+		if want := req.PartitionCounts[src]; td.partitions < want {
+			return o.stop(fmt.Errorf("kafka_eos: mirror: target topic %s has %d partitions, its source topic %s has %d: every record keeps its partition, so the target needs at least as many", dst, td.partitions, src, want), true)
 		}
 	}
 	return nil
+}
+
+// targetTopic is what the target cluster says of a topic: its partition
+// count, or the error it answers with (UNKNOWN_TOPIC_OR_PARTITION: missing).
+type targetTopic struct {
+	partitions int32
+	err        error
+}
+
+// targetTopics asks the target cluster about topics with a Metadata request of
+// its own: the client's metadata cache (what kadm reads) may be seconds old,
+// and a topic just created would still look missing there.
+func targetTopics(ctx context.Context, cl *kgo.Client, topics []string) (map[string]targetTopic, error) {
+	var resp *kmsg.MetadataResponse
+	err := retryRetriable(ctx, func() error {
+		req := kmsg.NewPtrMetadataRequest()
+		for _, t := range topics {
+			rt := kmsg.NewMetadataRequestTopic()
+			rt.Topic = kmsg.StringPtr(t)
+			req.Topics = append(req.Topics, rt)
+		}
+		var err error
+		resp, err = req.RequestWith(ctx, cl)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("metadata of the target topics %v: %w", topics, err)
+	}
+	out := make(map[string]targetTopic, len(topics))
+	for _, t := range resp.Topics {
+		if t.Topic == nil {
+			continue
+		}
+		terr := kerr.ErrorForCode(t.ErrorCode)
+		if errors.Is(terr, kerr.TopicAuthorizationFailed) {
+			return nil, fmt.Errorf("metadata of the target topic %s: %w", *t.Topic, terr)
+		}
+		out[*t.Topic] = targetTopic{partitions: int32(len(t.Partitions)), err: terr}
+	}
+	for _, t := range topics {
+		if _, ok := out[t]; !ok {
+			out[t] = targetTopic{err: fmt.Errorf("not in the metadata answer")}
+		}
+	}
+	return out, nil
+}
+
+// mirrorConfigsNotCopied are the topic configs that create_topics does not
+// give a target topic although its source topic sets them: they would change
+// what is copied (LogAppendTime replaces the copied timestamps; the timestamp
+// bounds refuse old records), or belong to the source cluster (its size, its
+// brokers).
+var mirrorConfigsNotCopied = map[string]bool{
+	"message.timestamp.type":                  true,
+	"message.timestamp.difference.max.ms":     true,
+	"message.timestamp.before.max.ms":         true,
+	"message.timestamp.after.max.ms":          true,
+	"min.insync.replicas":                     true,
+	"unclean.leader.election.enable":          true,
+	"leader.replication.throttled.replicas":   true,
+	"follower.replication.throttled.replicas": true,
+}
+
+// mirrorConfigCopied reports whether create_topics gives a target topic the
+// config key its source topic sets: not those of mirrorConfigsNotCopied, and
+// not the configs only Confluent's or Redpanda's brokers know.
+func mirrorConfigCopied(key string) bool {
+	return !mirrorConfigsNotCopied[key] && !strings.HasPrefix(key, "confluent.") && !strings.HasPrefix(key, "redpanda.")
+}
+
+// createTargets creates the target topics of sources (create_topics), each
+// with its source's partition count and the configs set on the source topic
+// that mirrorConfigCopied keeps: records keep their source timestamps, so a
+// target left at the broker's default retention would delete copied records
+// older than it at its next retention check, and a compacted source would
+// become a target that is not.
+func (m *mirror) createTargets(ctx context.Context, adm *kadm.Client, req handover.PositionsRequest, sources []string) error {
+	o := m.o
+	var srcConfigs map[string]map[string]string
+	if req.SourceConfigs != nil {
+		var err error
+		if srcConfigs, err = req.SourceConfigs(ctx, sources); err != nil {
+			return fmt.Errorf("mirror.create_topics: the target topics are created with their source topics' configs, and those could not be read (the input's user needs DescribeConfigs on the source topics; or create the targets yourself): %w", err)
+		}
+	}
+	for _, src := range sources {
+		dst, n := m.conf.target(src), req.PartitionCounts[src]
+		configs := map[string]*string{}
+		for _, k := range slices.Sorted(maps.Keys(srcConfigs[src])) {
+			if mirrorConfigCopied(k) {
+				configs[k] = kadm.StringPtr(srcConfigs[src][k])
+			}
+		}
+		err := retryRetriable(ctx, func() error {
+			resp, err := adm.CreateTopic(ctx, n, -1, configs, dst)
+			if err == nil {
+				err = resp.Err
+			}
+			if errors.Is(err, kerr.TopicAlreadyExists) {
+				return nil
+			}
+			if err == nil {
+				o.log.Infof("kafka_eos: mirror: created topic %s with %d partitions and the configs of %s on the source (%s)", dst, n, src, configList(configs))
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("creating the target topic %s (%d partitions, configs of %s: %s): %w", dst, n, src, configList(configs), err)
+		}
+	}
+	return nil
+}
+
+// configList lists configs as "k=v, ..." in key order, or "none set".
+func configList(configs map[string]*string) string {
+	if len(configs) == 0 {
+		return "none set"
+	}
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(configs)) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(k + "=" + *configs[k])
+	}
+	return b.String()
 }
 
 // describeRecords names the partitions and positions of rs for a log line.

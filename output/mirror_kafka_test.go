@@ -1,11 +1,17 @@
 package output
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redpanda-data/benthos/v4/public/service"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/connect-eos/connect-eos/handover"
 	"github.com/connect-eos/connect-eos/integration/kafkatest"
 )
 
@@ -59,4 +65,109 @@ func TestMirrorKafkaMembersKillNine(t *testing.T) {
 		t.Skip("runs child processes")
 	}
 	forEachMirrorKafka(t, 4, testMirrorMembersKillNine)
+}
+
+// TestMirrorKafkaCreateTopicsLikeSource: on Apache Kafka, both ways between
+// the transaction versions, create_topics gives a missing target the
+// source's partition count and the configs set on the source topic, as the
+// input describes them, but not the timestamp type (LogAppendTime would
+// replace the copied timestamps).
+func TestMirrorKafkaCreateTopicsLikeSource(t *testing.T) {
+	forEachMirrorKafka(t, 3, func(t *testing.T, e mirrorEnv) {
+		ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
+		defer cancel()
+		src := kafkatest.Admin(t, strings.Join(e.a, ","))
+		alt, err := src.AlterTopicConfigs(ctx, []kadm.AlterConfig{
+			{Name: "cleanup.policy", Value: kadm.StringPtr("compact")},
+			{Name: "max.message.bytes", Value: kadm.StringPtr("2000000")},
+			{Name: "message.timestamp.type", Value: kadm.StringPtr("LogAppendTime")},
+		}, e.src)
+		if err == nil {
+			err = alt[0].Err
+		}
+		if err != nil {
+			t.Fatalf("setting the source's configs: %v", err)
+		}
+		e.dst += "-created" // no such topic on B
+		dst := kafkatest.Admin(t, strings.Join(e.b, ","))
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = dst.DeleteTopic(ctx, e.dst)
+		})
+		o := mirrorCreatingOutput(t, e, e.id+"x")
+		req := handover.PositionsRequest{
+			Partitions: map[string][]int32{e.src: {0, 1, 2}}, PartitionCounts: map[string]int32{e.src: 3}, Generation: 1,
+			SourceConfigs: handover.TopicConfigsSet(src),
+		}
+		if _, err := o.mirror.positions(ctx, req); err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		got, parts := targetConfigsSet(t, e.b, e.dst)
+		want := map[string]string{"retention.ms": "-1", "cleanup.policy": "compact", "max.message.bytes": "2000000"}
+		if fmt.Sprint(got) != fmt.Sprint(want) || parts != 3 {
+			t.Fatalf("created %s with %d partitions and configs %v, want 3 and %v", e.dst, parts, got, want)
+		}
+	})
+}
+
+// TestMirrorKafkaRetentionCountsFromCopiedTimestamps: records keep their
+// source timestamps, and the target's time retention counts from them. The
+// source topic keeps records an hour and rolls segments hourly (configs that
+// create_topics copies); of a partition's copied records, those two hours old
+// go at the target's next retention check although they were copied and
+// committed (Kafka rolls a segment before appending to one whose first record
+// is older than segment.ms, so they sit in a segment of their own), and the
+// recent ones stay. On Apache Kafka only: kfake has no retention.
+func TestMirrorKafkaRetentionCountsFromCopiedTimestamps(t *testing.T) {
+	forEachMirrorKafka(t, 3, func(t *testing.T, e mirrorEnv) {
+		ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
+		defer cancel()
+		src := kafkatest.Admin(t, strings.Join(e.a, ","))
+		alt, err := src.AlterTopicConfigs(ctx, []kadm.AlterConfig{
+			{Name: "retention.ms", Value: kadm.StringPtr("3600000")},
+			{Name: "segment.ms", Value: kadm.StringPtr("3600000")},
+		}, e.src)
+		if err == nil {
+			err = alt[0].Err
+		}
+		if err != nil {
+			t.Fatalf("setting the source's configs: %v", err)
+		}
+		e.dst += "-created"
+		dst := kafkatest.Admin(t, strings.Join(e.b, ","))
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = dst.DeleteTopic(ctx, e.dst)
+		})
+		o := mirrorCreatingOutput(t, e, e.id+"x")
+		req := handover.PositionsRequest{
+			Partitions: map[string][]int32{e.src: {0, 1, 2}}, PartitionCounts: map[string]int32{e.src: 3}, Generation: 1,
+			SourceConfigs: handover.TopicConfigsSet(src),
+		}
+		if _, err := o.mirror.positions(ctx, req); err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		o.StartAt(map[string]map[int32]int64{e.src: {0: 0}})
+		old := sourceBatch(e, 0, 0, 3)
+		recent := sourceBatch(e, 0, 3, 2)
+		for i, b := range []service.MessageBatch{old, recent} {
+			ts := time.Now().Add(-2 * time.Hour)
+			if i == 1 {
+				ts = time.Now()
+			}
+			for _, m := range b {
+				r, _ := handover.RecordOf(m)
+				r.Timestamp = ts
+			}
+			writeReplaying(ctx, t, o, b)
+		}
+		want := []string{"v-0-3", "v-0-4"}
+		var got []string
+		wait(t, mirrorDeadline, "the records two hours old deleted by the target's retention", func() bool {
+			got = readCommitted(t, e.b, e.dst)
+			return slices.Equal(got, want)
+		})
+	})
 }

@@ -291,6 +291,9 @@ start_once() {
 		# (defaults 10 s and 1 h), so transaction timeout tests are quick.
 		transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 		transaction.remove.expired.transaction.cleanup.interval.ms=1000
+		# Check retention every 2 seconds (default 5 minutes), so that a test of
+		# what retention deletes is quick.
+		log.retention.check.interval.ms=2000
 		$extra
 	EOF
 
