@@ -21,18 +21,20 @@ import (
 // owning every partition of e.src (generation 1).
 func mirrorCreatingOutput(t *testing.T, e mirrorEnv, txnID string) *output {
 	t.Helper()
-	o := newTestOutput(t, newResources(), fmt.Sprintf(`
-seed_brokers: [ %s ]
-transactional_id: %s
-consumer_group: %s
-state_cache: state
-transaction_timeout: 10s
-commit_timeout: 2s
-epoch: { interval: 20ms }
-mirror: { positions_topic: %s, topics: { %s: %s }, create_topics: true }
-`, strings.Join(e.b, ","), txnID, e.group, e.positions, e.src, e.dst))
-	o.Member(&fakeGroup{owned: map[int32]uint64{0: 1, 1: 1, 2: 1}, gen: 1, member: "m"})
-	return o
+	return mirrorOutputConf(t, e, txnID, &fakeGroup{owned: map[int32]uint64{0: 1, 1: 1, 2: 1}, gen: 1, member: "m"}, ", create_topics: true", "")
+}
+
+// claimCreating claims partitions 0 to 2 of e.src for o (of three on the
+// source), with configs as the source's configs.
+func claimCreating(ctx context.Context, t *testing.T, o *output, e mirrorEnv, configs func(context.Context, []string) (map[string]map[string]string, error)) {
+	t.Helper()
+	req := handover.PositionsRequest{
+		Partitions: map[string][]int32{e.src: {0, 1, 2}}, PartitionCounts: map[string]int32{e.src: 3}, Generation: 1,
+		SourceConfigs: configs,
+	}
+	if _, err := o.mirror.positions(ctx, req); err != nil {
+		t.Fatalf("claim: %v", err)
+	}
 }
 
 // targetConfigsSet returns the configs set on topic itself on brokers, and
@@ -90,21 +92,16 @@ func TestMirrorCreateTopicsLikeSource(t *testing.T) {
 		"redpanda.remote.read":                "true",
 		"confluent.placement.constraints":     "{}",
 	}
-	req := handover.PositionsRequest{
-		Partitions: map[string][]int32{e.src: {0, 1, 2}}, PartitionCounts: map[string]int32{e.src: 3}, Generation: 1,
-		SourceConfigs: func(_ context.Context, topics []string) (map[string]map[string]string, error) {
-			asked.Add(1)
-			if len(topics) != 1 || topics[0] != e.src {
-				return nil, fmt.Errorf("asked for %v, want [%s]", topics, e.src)
-			}
-			return map[string]map[string]string{e.src: source}, nil
-		},
+	configs := func(_ context.Context, topics []string) (map[string]map[string]string, error) {
+		asked.Add(1)
+		if len(topics) != 1 || topics[0] != e.src {
+			return nil, fmt.Errorf("asked for %v, want [%s]", topics, e.src)
+		}
+		return map[string]map[string]string{e.src: source}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
 	defer cancel()
-	if _, err := o.mirror.positions(ctx, req); err != nil {
-		t.Fatalf("claim: %v", err)
-	}
+	claimCreating(ctx, t, o, e, configs)
 	got, parts := targetConfigsSet(t, e.b, e.dst)
 	want := map[string]string{"retention.ms": "-1", "cleanup.policy": "compact", "max.message.bytes": "2000000"}
 	if fmt.Sprint(got) != fmt.Sprint(want) || parts != 3 {
@@ -114,9 +111,7 @@ func TestMirrorCreateTopicsLikeSource(t *testing.T) {
 		t.Fatalf("the source's configs were asked for %d times, want once", n)
 	}
 	// The target exists now: a later claim does not ask the source.
-	if _, err := o.mirror.positions(ctx, req); err != nil {
-		t.Fatalf("second claim: %v", err)
-	}
+	claimCreating(ctx, t, o, e, configs)
 	if n := asked.Load(); n != 1 {
 		t.Fatalf("the source's configs were asked for %d times after the target existed, want once", n)
 	}

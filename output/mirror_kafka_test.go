@@ -67,6 +67,37 @@ func TestMirrorKafkaMembersKillNine(t *testing.T) {
 	forEachMirrorKafka(t, 4, testMirrorMembersKillNine)
 }
 
+// createdFromSource sets configs on e's source topic on Apache Kafka, points
+// e at a target topic that does not exist yet, and claims the source's three
+// partitions with a create_topics output, handing it the source's configs as
+// the input describes them: the target is created then. It returns the
+// output and e as changed.
+func createdFromSource(ctx context.Context, t *testing.T, e mirrorEnv, configs ...kadm.AlterConfig) (*output, mirrorEnv) {
+	t.Helper()
+	src := kafkatest.Admin(t, strings.Join(e.a, ","))
+	alt, err := src.AlterTopicConfigs(ctx, configs, e.src)
+	if err == nil {
+		err = alt[0].Err
+	}
+	if err != nil {
+		t.Fatalf("setting the source's configs: %v", err)
+	}
+	e.dst += "-created" // no such topic on B
+	dst := kafkatest.Admin(t, strings.Join(e.b, ","))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = dst.DeleteTopic(ctx, e.dst)
+	})
+	o := mirrorCreatingOutput(t, e, e.id+"x")
+	claimCreating(ctx, t, o, e, handover.TopicConfigsSet(src))
+	return o, e
+}
+
+func topicConfig(k, v string) kadm.AlterConfig {
+	return kadm.AlterConfig{Name: k, Value: kadm.StringPtr(v)}
+}
+
 // TestMirrorKafkaCreateTopicsLikeSource: on Apache Kafka, both ways between
 // the transaction versions, create_topics gives a missing target the
 // source's partition count and the configs set on the source topic, as the
@@ -76,33 +107,8 @@ func TestMirrorKafkaCreateTopicsLikeSource(t *testing.T) {
 	forEachMirrorKafka(t, 3, func(t *testing.T, e mirrorEnv) {
 		ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
 		defer cancel()
-		src := kafkatest.Admin(t, strings.Join(e.a, ","))
-		alt, err := src.AlterTopicConfigs(ctx, []kadm.AlterConfig{
-			{Name: "cleanup.policy", Value: kadm.StringPtr("compact")},
-			{Name: "max.message.bytes", Value: kadm.StringPtr("2000000")},
-			{Name: "message.timestamp.type", Value: kadm.StringPtr("LogAppendTime")},
-		}, e.src)
-		if err == nil {
-			err = alt[0].Err
-		}
-		if err != nil {
-			t.Fatalf("setting the source's configs: %v", err)
-		}
-		e.dst += "-created" // no such topic on B
-		dst := kafkatest.Admin(t, strings.Join(e.b, ","))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, _ = dst.DeleteTopic(ctx, e.dst)
-		})
-		o := mirrorCreatingOutput(t, e, e.id+"x")
-		req := handover.PositionsRequest{
-			Partitions: map[string][]int32{e.src: {0, 1, 2}}, PartitionCounts: map[string]int32{e.src: 3}, Generation: 1,
-			SourceConfigs: handover.TopicConfigsSet(src),
-		}
-		if _, err := o.mirror.positions(ctx, req); err != nil {
-			t.Fatalf("claim: %v", err)
-		}
+		_, e = createdFromSource(ctx, t, e,
+			topicConfig("cleanup.policy", "compact"), topicConfig("max.message.bytes", "2000000"), topicConfig("message.timestamp.type", "LogAppendTime"))
 		got, parts := targetConfigsSet(t, e.b, e.dst)
 		want := map[string]string{"retention.ms": "-1", "cleanup.policy": "compact", "max.message.bytes": "2000000"}
 		if fmt.Sprint(got) != fmt.Sprint(want) || parts != 3 {
@@ -123,32 +129,7 @@ func TestMirrorKafkaRetentionCountsFromCopiedTimestamps(t *testing.T) {
 	forEachMirrorKafka(t, 3, func(t *testing.T, e mirrorEnv) {
 		ctx, cancel := context.WithTimeout(context.Background(), mirrorDeadline)
 		defer cancel()
-		src := kafkatest.Admin(t, strings.Join(e.a, ","))
-		alt, err := src.AlterTopicConfigs(ctx, []kadm.AlterConfig{
-			{Name: "retention.ms", Value: kadm.StringPtr("3600000")},
-			{Name: "segment.ms", Value: kadm.StringPtr("3600000")},
-		}, e.src)
-		if err == nil {
-			err = alt[0].Err
-		}
-		if err != nil {
-			t.Fatalf("setting the source's configs: %v", err)
-		}
-		e.dst += "-created"
-		dst := kafkatest.Admin(t, strings.Join(e.b, ","))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, _ = dst.DeleteTopic(ctx, e.dst)
-		})
-		o := mirrorCreatingOutput(t, e, e.id+"x")
-		req := handover.PositionsRequest{
-			Partitions: map[string][]int32{e.src: {0, 1, 2}}, PartitionCounts: map[string]int32{e.src: 3}, Generation: 1,
-			SourceConfigs: handover.TopicConfigsSet(src),
-		}
-		if _, err := o.mirror.positions(ctx, req); err != nil {
-			t.Fatalf("claim: %v", err)
-		}
+		o, e := createdFromSource(ctx, t, e, topicConfig("retention.ms", "3600000"), topicConfig("segment.ms", "3600000"))
 		o.StartAt(map[string]map[int32]int64{e.src: {0: 0}})
 		old := sourceBatch(e, 0, 0, 3)
 		recent := sourceBatch(e, 0, 3, 2)
@@ -164,10 +145,8 @@ func TestMirrorKafkaRetentionCountsFromCopiedTimestamps(t *testing.T) {
 			writeReplaying(ctx, t, o, b)
 		}
 		want := []string{"v-0-3", "v-0-4"}
-		var got []string
 		wait(t, mirrorDeadline, "the records two hours old deleted by the target's retention", func() bool {
-			got = readCommitted(t, e.b, e.dst)
-			return slices.Equal(got, want)
+			return slices.Equal(readCommitted(t, e.b, e.dst), want)
 		})
 	})
 }

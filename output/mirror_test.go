@@ -818,6 +818,13 @@ func mirrorOutput(t *testing.T, e mirrorEnv, txnID string, fg *fakeGroup) *outpu
 // mirrorOutputWith is mirrorOutput with extra lines in the output's block.
 func mirrorOutputWith(t *testing.T, e mirrorEnv, txnID string, fg *fakeGroup, extra string) *output {
 	t.Helper()
+	return mirrorOutputConf(t, e, txnID, fg, "", extra)
+}
+
+// mirrorOutputConf is mirrorOutputWith with mirrorExtra (", field: value" ...)
+// added to the mirror block.
+func mirrorOutputConf(t *testing.T, e mirrorEnv, txnID string, fg *fakeGroup, mirrorExtra, extra string) *output {
+	t.Helper()
 	o := newTestOutput(t, newResources(), fmt.Sprintf(`
 seed_brokers: [ %s ]
 transactional_id: %s
@@ -826,8 +833,8 @@ state_cache: state
 transaction_timeout: 10s
 commit_timeout: 2s
 epoch: { interval: 20ms }
-mirror: { positions_topic: %s, topics: { %s: %s } }
-%s`, strings.Join(e.b, ","), txnID, e.group, e.positions, e.src, e.dst, extra))
+mirror: { positions_topic: %s, topics: { %s: %s }%s }
+%s`, strings.Join(e.b, ","), txnID, e.group, e.positions, e.src, e.dst, mirrorExtra, extra))
 	if fg != nil {
 		o.Member(fg)
 	}
