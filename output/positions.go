@@ -75,8 +75,9 @@ func (l *positionsLog) readTo(ctx context.Context, v *positionsView) error {
 		starts, ends map[int32]int64
 		md           kadm.Metadata
 	)
-	// Any error is retried until ctx ends: the target cluster may be
-	// restarting, and a claim that fails makes the source group rebalance.
+	// Any error but a refusal (isAuthErr) is retried until ctx ends: the
+	// target cluster may be restarting, and a claim that fails makes the
+	// source group rebalance.
 	err := retryAll(ctx, func() error {
 		var err error
 		if md, err = adm.Metadata(ctx, l.topic); err != nil {
@@ -115,6 +116,9 @@ func (l *positionsLog) readTo(ctx context.Context, v *positionsView) error {
 			if err != nil {
 				if errors.Is(err, kerr.OffsetOutOfRange) {
 					return fmt.Errorf("partition %d: records below offset %d were deleted: %w", p, pos, err)
+				}
+				if isAuthErr(err) {
+					return fmt.Errorf("partition %d: %w (the output's user needs Read on the positions topic)", p, err)
 				}
 				leader = -1 // ask again: a leader moved, a broker restarted
 				if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
@@ -155,9 +159,13 @@ func (l *positionsLog) leader(ctx context.Context, p int32) (int32, error) {
 	for {
 		md, err := kadm.NewClient(l.cl).Metadata(ctx, l.topic)
 		if err == nil {
+			err = md.Topics[l.topic].Err
 			if pd, ok := md.Topics[l.topic].Partitions[p]; ok && pd.Err == nil && pd.Leader >= 0 {
 				return pd.Leader, nil
 			}
+		}
+		if isAuthErr(err) {
+			return -1, fmt.Errorf("the leader of partition %d: %w", p, err)
 		}
 		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
 			return -1, fmt.Errorf("no leader for partition %d: %w", p, err)
@@ -214,14 +222,15 @@ func listedOffsets(l kadm.ListedOffsets, err error) (map[int32]int64, error) {
 	return out, nil
 }
 
-// retryAll calls fn until it succeeds or ctx ends, backing off up to a
-// second; the error then names the last failure.
+// retryAll calls fn until it succeeds, fails with a refusal no retry fixes
+// (isAuthErr: a missing ACL, bad credentials), or ctx ends, backing off up to
+// a second; the error then names the last failure.
 func retryAll(ctx context.Context, fn func() error) error {
 	backoff := 50 * time.Millisecond
 	for {
 		err := fn()
-		if err == nil {
-			return nil
+		if err == nil || isAuthErr(err) {
+			return err
 		}
 		if sleepCtx(ctx, backoff) != nil {
 			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
