@@ -131,7 +131,7 @@ func testAbortUnknownOutcome(t *testing.T, tvName string, opts []kfake.Opt, with
 	releaseOnce()
 	werr = <-done
 
-	rival.checkOwnsAfterAbort(ctx, t, a)
+	rival.checkStillOwns(ctx, t, a)
 	var fe *FencedError
 	if !errors.As(werr, &fe) || fc.err() == nil {
 		t.Fatalf("epoch whose abort went unanswered while another instance took the id: %v (fatal %v), want a FencedError (a zombie stop)", werr, fc.err())

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/connect-eos/connect-eos/txnstate"
 )
 
@@ -41,7 +38,6 @@ func TestAbortedWriteFailedNotStealing(t *testing.T) {
 			n := a.nextEpoch
 			slot := a.slots[txnstate.SlotFor(n, len(a.slots))]
 			a.mu.Unlock()
-			var inits atomic.Int32
 			a.hooks = &testHooks{atStep: func(s commitStep, m uint64) error {
 				if s != stepPrepared || m != n {
 					return nil
@@ -50,24 +46,15 @@ func TestAbortedWriteFailedNotStealing(t *testing.T) {
 				// deadline (as the output measures it), so that it
 				// aborts with a PREPARED record, and take the cache
 				// down for the ABORTED write.
-				a.mu.Lock()
-				var opened time.Time
-				for _, ep := range a.live {
-					if ep.n == m {
-						opened = ep.opened
-					}
-				}
-				a.mu.Unlock()
-				time.Sleep(time.Until(opened.Add(txnTimeout-timeoutMargin(txnTimeout))) + 20*time.Millisecond)
+				time.Sleep(time.Until(epochOpened(a, m).Add(txnTimeout-timeoutMargin(txnTimeout))) + 20*time.Millisecond)
 				cache.down.Store(true)
 				return nil
 			}}
 			// Once the ABORTED write failed (the abort's EndTxn is
 			// behind it), the other instance takes the transactional
 			// id, and the cache comes back.
-			var rival *kgo.Client
-			var rpid int64
-			var repoch int16
+			var rival *rivalInstance
+			var inits *atomic.Int32
 			rerr := errors.New("the ABORTED write never failed")
 			rivalDone := make(chan struct{})
 			go func() {
@@ -78,28 +65,16 @@ func TestAbortedWriteFailedNotStealing(t *testing.T) {
 					}
 					time.Sleep(5 * time.Millisecond)
 				}
-				rival, rerr = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(slot.id),
-					kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(testTopic))
-				if rerr == nil {
-					rpid, repoch, rerr = rival.ProducerID(ctx)
-				}
-				c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-					c.KeepControl()
-					if req := kreq.(*kmsg.InitProducerIDRequest); req.TransactionalID != nil && *req.TransactionalID == slot.id {
-						inits.Add(1)
-					}
-					return nil, nil, false
-				})
+				rival, rerr = takeID(ctx, brokers, slot.id)
+				inits = countInits(c, slot.id)
 				cache.down.Store(false)
 			}()
 			werr := a.WriteBatch(ctx, batchOf("b", 2))
 			<-rivalDone
-			if rival != nil {
-				defer rival.Close()
-			}
 			if rerr != nil {
 				t.Fatalf("the other instance's InitProducerID: %v", rerr)
 			}
+			defer rival.cl.Close()
 			// Nacked: by the stop, which comes before the abort's nack.
 			var wfe *FencedError
 			if !errors.As(werr, &wfe) && !errors.Is(werr, errEpochDeadline) {
@@ -117,10 +92,7 @@ func TestAbortedWriteFailedNotStealing(t *testing.T) {
 			if got := inits.Load(); got != 0 {
 				t.Errorf("%d InitProducerID for %q after the other instance took it, want none", got, slot.id)
 			}
-			if obs, err := a.describe(ctx, slot.id); err != nil || obs.ProducerID != rpid || obs.ProducerEpoch != repoch {
-				t.Errorf("broker shows %+v (%v), want the other instance's producer id %d epoch %d", obs, err, rpid, repoch)
-			}
-			rivalCommits(ctx, t, rival)
+			rival.checkStillOwns(ctx, t, a)
 			if r, ok, err := a.store.readSlot(ctx, slot.n); err != nil || !ok || r.State != txnstate.Aborted || r.Epoch != n {
 				t.Errorf("slot record %+v (found %v, %v), want epoch %d ABORTED", r, ok, err, n)
 			}

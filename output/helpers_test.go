@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -322,27 +323,66 @@ type rivalInstance struct {
 // client is closed at the end of the test.
 func newRival(ctx context.Context, t testing.TB, brokers []string, id string) *rivalInstance {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(id),
-		kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(testTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	pid, epoch, err := cl.ProducerID(ctx)
+	r, err := takeID(ctx, brokers, id)
 	if err != nil {
 		t.Fatalf("the other instance's InitProducerID: %v", err)
 	}
-	return &rivalInstance{cl: cl, id: id, pid: pid, epoch: epoch}
+	t.Cleanup(r.cl.Close)
+	return r
 }
 
-// checkOwnsAfterAbort checks that the rival still owns its transactional id
-// after the output's abort: the broker (read through a) shows the rival's
+// epochOpened returns when live epoch n of o opened, as the output measures
+// its local deadline from (zero if n is not live).
+func epochOpened(o *output, n uint64) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, ep := range o.live {
+		if ep.n == n {
+			return ep.opened
+		}
+	}
+	return time.Time{}
+}
+
+// takeID is newRival for a goroutine other than the test's (a hook): it
+// returns the error, and the caller closes the client.
+func takeID(ctx context.Context, brokers []string, id string) (*rivalInstance, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(id),
+		kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(testTopic))
+	if err != nil {
+		return nil, err
+	}
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return &rivalInstance{cl: cl, id: id, pid: pid, epoch: epoch}, nil
+}
+
+// countInits counts, from now on, the InitProducerID requests c receives for
+// transactional id id.
+func countInits(c *kfake.Cluster, id string) *atomic.Int32 {
+	var n atomic.Int32
+	c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if req := kreq.(*kmsg.InitProducerIDRequest); req.TransactionalID != nil && *req.TransactionalID == id {
+			n.Add(1)
+		}
+		return nil, nil, false
+	})
+	return &n
+}
+
+// checkStillOwns checks that the rival still owns its transactional id
+// after the output's epoch ended (an abort, or a commit on a client that is
+// replaced): the broker (read through a) shows the rival's
 // producer id and epoch, not a re-initialisation by the output, and the rival
 // can produce and commit (rivalCommits).
-func (r *rivalInstance) checkOwnsAfterAbort(ctx context.Context, t testing.TB, a *output) {
+func (r *rivalInstance) checkStillOwns(ctx context.Context, t testing.TB, a *output) {
 	t.Helper()
 	if obs, err := a.describe(ctx, r.id); err != nil || obs.ProducerID != r.pid || obs.ProducerEpoch != r.epoch {
-		t.Errorf("broker shows %+v (%v) after the output's abort, want the other instance's producer id %d epoch %d: the slot was re-initialised", obs, err, r.pid, r.epoch)
+		t.Errorf("broker shows %+v (%v) after the output's epoch, want the other instance's producer id %d epoch %d: the slot was re-initialised", obs, err, r.pid, r.epoch)
 	}
 	rivalCommits(ctx, t, r.cl)
 }

@@ -31,10 +31,8 @@ func TestRewarmAfterCommitNotStealing(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			a, slot, n := outputLosingCommitAnswer(ctx, t, brokers)
-			var inits atomic.Int32
-			var rival *kgo.Client
-			var rpid int64
-			var repoch int16
+			var inits *atomic.Int32
+			var rival *rivalInstance
 			var rerr error
 			a.hooks = &testHooks{atStep: func(s commitStep, m uint64) error {
 				if s != stepEnded || m != n {
@@ -42,27 +40,18 @@ func TestRewarmAfterCommitNotStealing(t *testing.T) {
 				}
 				// Frozen after the commit: the other instance
 				// takes the transactional id.
-				rival, rerr = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(slot.id),
-					kgo.TransactionTimeout(30*time.Second), kgo.DefaultProduceTopic(testTopic))
-				if rerr == nil {
-					rpid, repoch, rerr = rival.ProducerID(ctx)
-				}
-				c.ControlKey(int16(kmsg.InitProducerID), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-					c.KeepControl()
-					if req := kreq.(*kmsg.InitProducerIDRequest); req.TransactionalID != nil && *req.TransactionalID == slot.id {
-						inits.Add(1)
-					}
-					return nil, nil, false
-				})
+				rival, rerr = takeID(ctx, brokers, slot.id)
+				inits = countInits(c, slot.id)
 				return nil
 			}}
 			werr := a.WriteBatch(ctx, batchOf("b", 2))
-			if rival != nil {
-				defer rival.Close()
-			}
 			if rerr != nil {
 				t.Fatalf("the other instance's InitProducerID: %v", rerr)
 			}
+			if rival == nil {
+				t.Fatal("the commit never reached the hook")
+			}
+			defer rival.cl.Close()
 			if werr != nil {
 				t.Errorf("the committed epoch's batch: %v, want it acked", werr)
 			}
@@ -78,10 +67,7 @@ func TestRewarmAfterCommitNotStealing(t *testing.T) {
 			if got := inits.Load(); got != 0 {
 				t.Errorf("%d InitProducerID for %q after the other instance took it, want none", got, slot.id)
 			}
-			if obs, err := a.describe(ctx, slot.id); err != nil || obs.ProducerID != rpid || obs.ProducerEpoch != repoch {
-				t.Errorf("broker shows %+v (%v), want the other instance's producer id %d epoch %d", obs, err, rpid, repoch)
-			}
-			rivalCommits(ctx, t, rival)
+			rival.checkStillOwns(ctx, t, a)
 		})
 	}
 }

@@ -180,7 +180,7 @@ func TestAbortWithUnwrittenRecordsNotStealing(t *testing.T) {
 	werr := a.WriteBatch(ctx, batchOf("b", 2))
 	refusing.Store(false)
 
-	rival.checkOwnsAfterAbort(ctx, t, a)
+	rival.checkStillOwns(ctx, t, a)
 	var fe *FencedError
 	if !errors.As(fc.err(), &fe) {
 		t.Fatalf("epoch aborted with unwritten records while another instance took the id: %v (fatal %v), want a zombie stop (FencedError)", werr, fc.err())

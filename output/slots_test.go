@@ -117,14 +117,7 @@ func TestLocalEpochDeadline(t *testing.T) {
 		// from the moment it opened as the output measures it (a fixed
 		// sleep measured from the test's clock lands anywhere on a
 		// loaded machine). The coordinator's own abort comes 600ms later.
-		o.mu.Lock()
-		var opened time.Time
-		for _, ep := range o.live {
-			if ep.n == n {
-				opened = ep.opened
-			}
-		}
-		o.mu.Unlock()
+		opened := epochOpened(o, n)
 		if opened.IsZero() {
 			hookErr <- "epoch 1 is not live when its commit starts"
 			return
