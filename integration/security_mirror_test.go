@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,50 +129,50 @@ func testMirror(t *testing.T, h *secHarness) {
 	})
 	t.Run("Fatal", func(t *testing.T) {
 		t.Parallel()
-		denied := func(*kafkatest.Secure) (secConn, secConn, secConn) {
-			c := secConn{user: h.s.Denied, mech: "SCRAM-SHA-512"}
-			return c, c, c
-		}
-		without := func(res string, name func(secNames) string, op kadm.ACLOperation) func(secNames) []secACL {
-			return func(n secNames) []secACL { return replace(mirrorACLs(n), res, name(n), op) }
-		}
-		in := func(n secNames) string { return n.in }
-		out := func(n secNames) string { return n.out }
-		pos := func(n secNames) string { return n.positionsTopic() }
-		h.fatalRuns(t, []fatalCase{
-			{
-				name:   "MissingSourceDescribeConfigs",
-				mirror: true,
-				conn:   denied,
-				acls:   without("topic", in, kadm.OpDescribeConfigs),
-				want:   func(n secNames) []string { return []string{"DescribeConfigs", "TOPIC_AUTHORIZATION_FAILED"} },
-			},
-			{
-				name:   "MissingTargetCreate",
-				mirror: true,
-				conn:   denied,
-				acls:   without("topic", out, kadm.OpCreate),
-				want:   func(n secNames) []string { return []string{"TOPIC_AUTHORIZATION_FAILED", n.out} },
-			},
-			{
-				// The first claim finds the positions topic empty
-				// and reads nothing; the check after it reads
-				// the claim back.
-				name:   "MissingPositionsRead",
-				mirror: true,
-				conn:   denied,
-				acls:   without("topic", pos, kadm.OpRead),
-				want:   func(n secNames) []string { return []string{"TOPIC_AUTHORIZATION_FAILED", n.positionsTopic()} },
-			},
-			{
-				name:   "MissingPositionsWrite",
-				mirror: true,
-				conn:   denied,
-				acls:   without("topic", pos, kadm.OpWrite),
-				want:   func(n secNames) []string { return []string{"TOPIC_AUTHORIZATION_FAILED", n.positionsTopic()} },
-			},
-		})
+		h.fatalRuns(t, mirrorFatalCases(h))
 	})
+}
+
+// mirrorFatalCases is one case per entry of mirrorACLs: the mirror with every
+// entry but that one must stop (exit 3) with an error naming the refusal and
+// the resource, writing nothing to the target. That every entry is needed is
+// what makes mirrorACLs the least set.
+func mirrorFatalCases(h *secHarness) []fatalCase {
+	denied := func(*kafkatest.Secure) (secConn, secConn, secConn) {
+		c := secConn{user: h.s.Denied, mech: "SCRAM-SHA-512"}
+		return c, c, c
+	}
+	// The roles of a run's names, by a placeholder run.
+	p := secNames{base: "b", in: "b-in", out: "b-out", state: "b-state", group: "b-g", txn: "b-txn"}
+	roles := map[string]func(secNames) string{
+		p.in:               func(n secNames) string { return n.in },
+		p.out:              func(n secNames) string { return n.out },
+		p.state:            func(n secNames) string { return n.state },
+		p.group:            func(n secNames) string { return n.group },
+		p.txn:              func(n secNames) string { return n.txn },
+		p.positionsTopic(): func(n secNames) string { return n.positionsTopic() },
+	}
+	roleNames := map[string]string{p.in: "Source", p.out: "Target", p.state: "State", p.group: "Group", p.txn: "TransactionalID", p.positionsTopic(): "Positions"}
+	codes := map[string]string{"topic": "TOPIC_AUTHORIZATION_FAILED", "group": "GROUP_AUTHORIZATION_FAILED", "transactional-id": "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
+	var cases []fatalCase
+	for i, a := range mirrorACLs(p) {
+		name := roles[a.name]
+		var op strings.Builder // DESCRIBE_CONFIGS: DescribeConfigs
+		for _, w := range strings.Split(a.op.String(), "_") {
+			op.WriteString(w[:1] + strings.ToLower(w[1:]))
+		}
+		cases = append(cases, fatalCase{
+			name:   "Missing" + roleNames[a.name] + op.String(),
+			mirror: true,
+			conn:   denied,
+			acls: func(n secNames) []secACL {
+				acls := mirrorACLs(n)
+				return append(acls[:i:i], acls[i+1:]...)
+			},
+			want: func(n secNames) []string { return []string{codes[a.res], name(n)} },
+		})
+	}
+	return cases
 }
 
 // readCommittedParts returns the values of topic by partition, in offset
