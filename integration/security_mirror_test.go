@@ -116,21 +116,47 @@ func testMirror(t *testing.T, h *secHarness) {
 	t.Run("LeastACLs", func(t *testing.T) {
 		t.Parallel()
 		n := h.names(t, "m")
-		user := h.s.Denied
-		h.grant(t, user.Name, mirrorACLs(n))
+		h.grant(t, h.s.Denied.Name, mirrorACLs(n))
+		h.mirrorCopy(t, n, h.mirrorSetup(t, n))
+	})
+	// With the target and the positions topic created beforehand, the
+	// mirror needs no Create on them, and no DescribeConfigs on the source
+	// (create_topics creates nothing).
+	t.Run("PrecreatedTopics", func(t *testing.T) {
+		t.Parallel()
+		n := h.names(t, "p")
+		acls := replace(mirrorACLs(n), "topic", n.out, kadm.OpCreate)
+		acls = replace(acls, "topic", n.positionsTopic(), kadm.OpCreate)
+		acls = replace(acls, "topic", n.in, kadm.OpDescribeConfigs)
+		h.grant(t, h.s.Denied.Name, acls)
 		want := h.mirrorSetup(t, n)
-		c := secConn{user: user, mech: "SCRAM-SHA-512"}
-		r := h.run(t.Name(), writeConfig(t, h.mirrorConfig(n, c, c, c)), 2*time.Minute)
-		require.NoError(t, r.err)
-		require.Equal(t, 0, r.code, "exit code after %v (-1: killed at the deadline); output:\n%s", r.took, tail(r.out, 40))
-		t.Logf("mirror as %s: exit 0 after %v", user.Name, r.took.Round(time.Millisecond))
-
-		assert.Equal(t, want, h.readCommittedParts(t, n.out), "the target's records by partition, in order")
+		h.s.CreateTopic(t, n.out, 3)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		compact := "compact"
+		resp, err := h.s.AdminClient(t).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, n.positionsTopic())
+		if err == nil {
+			err = resp.Err
+		}
+		require.NoError(t, err, "creating the positions topic")
+		h.mirrorCopy(t, n, want)
 	})
 	t.Run("Fatal", func(t *testing.T) {
 		t.Parallel()
 		h.fatalRuns(t, mirrorFatalCases(h))
 	})
+}
+
+// mirrorCopy runs the mirror of n as the denied user and checks that the
+// target holds want, partition by partition, in order.
+func (h *secHarness) mirrorCopy(t *testing.T, n secNames, want map[int32][]string) {
+	t.Helper()
+	c := secConn{user: h.s.Denied, mech: "SCRAM-SHA-512"}
+	r := h.run(t.Name(), writeConfig(t, h.mirrorConfig(n, c, c, c)), 2*time.Minute)
+	require.NoError(t, r.err)
+	require.Equal(t, 0, r.code, "exit code after %v (-1: killed at the deadline); output:\n%s", r.took, tail(r.out, 40))
+	t.Logf("mirror as %s: exit 0 after %v", c.user.Name, r.took.Round(time.Millisecond))
+	assert.Equal(t, want, h.readCommittedParts(t, n.out), "the target's records by partition, in order")
 }
 
 // mirrorFatalCases is one case per entry of mirrorACLs: the mirror with every

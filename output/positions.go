@@ -251,22 +251,34 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // ensurePositionsTopic creates the positions topic if it is missing
 // (compacted, one partition, the broker's default replication factor) and
 // checks that it is compacted and nothing else: retention would delete the
-// positions, and with them the record of the copy's progress.
+// positions, and with them the record of the copy's progress. A topic that
+// exists is not created again, so that a user who created it beforehand needs
+// no Create ACL on it (Kafka checks that ACL before whether the topic exists).
 func ensurePositionsTopic(ctx context.Context, cl *kgo.Client, topic string) error {
 	adm := kadm.NewClient(cl)
 	compact := "compact"
 	err := retryRetriable(ctx, func() error {
+		tds, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("describing the positions topic %s: %w", topic, err)
+		}
+		switch td := tds[topic]; {
+		case td.Err == nil:
+			return nil
+		case !errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+			return fmt.Errorf("describing the positions topic %s: %w", topic, td.Err)
+		}
 		resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, topic)
 		if err == nil {
 			err = resp.Err
 		}
-		if errors.Is(err, kerr.TopicAlreadyExists) {
-			return nil
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("creating the positions topic %s: %w", topic, err)
 		}
-		return err
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("creating the positions topic %s: %w", topic, err)
+		return err
 	}
 	var policy string
 	err = retryRetriable(ctx, func() error {
